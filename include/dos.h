@@ -1,0 +1,157 @@
+/* starpu-dos: Deep Optimizer States on StarPU. The one installed header.
+ *
+ * Conventions: functions that can fail return 0 on success or a negative errno-style code
+ * (-EINVAL bad argument, -ENOTSUP not supported here, -ENOMEM); the message of the last
+ * failure in the calling thread, naming the argument and its value, is returned by
+ * dos_last_error() and also printed on stderr. A failing call changes nothing. */
+#ifndef DOS_H
+#define DOS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <starpu.h>
+
+#include <dos_version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Version and errors ------------------------------------------------------------ */
+
+/* Version of the library actually loaded (the macros in dos_version.h give the one a
+ * program was compiled against), e.g. "0.1.0". Never fails. */
+const char *dos_version_string(void);
+/* DOS_VERSION_NUMBER of the loaded library. Never fails. */
+unsigned dos_version_number(void);
+
+/* Message of the last failed call in this thread, or "" when none failed. Never fails. */
+const char *dos_last_error(void);
+
+/* ---- Element types ----------------------------------------------------------------- */
+
+enum dos_dtype {
+	DOS_FP32 = 0,
+	DOS_FP16 = 1, /* IEEE binary16 */
+	DOS_BF16 = 2, /* bfloat16 */
+};
+
+/* Bytes per element, or 0 for a value outside enum dos_dtype. */
+size_t dos_dtype_size(enum dos_dtype dtype);
+/* "fp32", "fp16", "bf16", or "invalid". */
+const char *dos_dtype_name(enum dos_dtype dtype);
+
+/* ---- Adam step scalars -------------------------------------------------------------- */
+
+enum dos_adam_mode {
+	DOS_ADAM_L2 = 0, /* torch.optim.Adam: weight decay added to the gradient */
+	DOS_ADAMW = 1,   /* torch.optim.AdamW: decoupled weight decay */
+};
+
+struct dos_adam_hparams {
+	enum dos_adam_mode mode;
+	double lr;           /* >= 0 */
+	double beta1, beta2; /* each in [0, 1) */
+	double eps;          /* > 0 */
+	double weight_decay; /* >= 0 */
+};
+
+/* Weight decay as the update kernels apply it. */
+enum dos_decay_kind {
+	DOS_DECAY_NONE = 0,      /* weight_decay == 0 */
+	DOS_DECAY_DECOUPLED = 1, /* AdamW: p *= decay */
+	DOS_DECAY_L2 = 2,        /* Adam: g += weight_decay * p */
+};
+
+/* Everything a subgroup update needs for one step, computed once per step on the host
+ * (in double, each value rounded once to float) and passed by value to every subgroup
+ * task on every device, so that no device recomputes beta^t. Fill it with
+ * dos_adam_step_init(); the fields are read by the kernels. */
+struct dos_adam_step {
+	float grad_multiplier; /* loss-scale inverse times clipping factor */
+	/* m = lerp(m, g, 1 - beta1) as torch computes it: fmaf(lerp_coeff, g - m, m) with
+	 * lerp_coeff = 1 - beta1 when that is < 0.5, else fmaf(lerp_coeff, g - m, g) with
+	 * lerp_coeff = (1 - beta1) - 1 (lerp_from_grad = 1). */
+	float lerp_coeff;
+	uint32_t lerp_from_grad;
+	float beta2; /* v = fmaf((1 - beta2) * g, g, v * beta2) */
+	float one_minus_beta2;
+	float bc2_sqrt;      /* sqrt(1 - beta2^t) */
+	float eps;           /* added after dividing by bc2_sqrt, as torch does */
+	float neg_step_size; /* -lr / (1 - beta1^t) */
+	float decay;         /* 1 - lr * weight_decay (DOS_DECAY_DECOUPLED) */
+	float weight_decay;  /* DOS_DECAY_L2 */
+	uint32_t decay_kind; /* enum dos_decay_kind */
+	uint64_t step;       /* 1-based step number these scalars are for */
+};
+
+/* Computes the scalars of 1-based step `step` for hyper-parameters `hp`, with the
+ * gradient multiplier `grad_multiplier` (finite, > 0; 1 when there is neither loss
+ * scaling nor clipping). Errors: -EINVAL for NULL pointers, step 0, lr < 0, betas outside
+ * [0, 1), eps <= 0, weight_decay < 0, non-finite values, an unknown mode. */
+int dos_adam_step_init(struct dos_adam_step *out, const struct dos_adam_hparams *hp, uint64_t step,
+		       double grad_multiplier);
+
+/* ---- CPU kernel variant ------------------------------------------------------------- */
+
+/* Every variant computes bit-for-bit the same results; they differ in speed only. */
+enum dos_cpu_isa {
+	DOS_CPU_ISA_AUTO = 0, /* best the CPU supports (default) */
+	DOS_CPU_ISA_SCALAR = 1,
+	DOS_CPU_ISA_AVX2 = 2,   /* AVX2 + FMA + F16C */
+	DOS_CPU_ISA_AVX512 = 3, /* AVX-512 F + BW + VL */
+};
+
+/* Selects the CPU kernels for the whole process (tests, benchmarks). The environment
+ * variable DOS_CPU_ISA=auto|scalar|avx2|avx512 does the same at the first kernel call.
+ * Errors: -EINVAL for a value outside enum dos_cpu_isa, -ENOTSUP when this CPU lacks it. */
+int dos_cpu_isa_select(enum dos_cpu_isa isa);
+/* The variant in use (never DOS_CPU_ISA_AUTO). */
+enum dos_cpu_isa dos_cpu_isa_selected(void);
+/* Whether this CPU can run `isa`. */
+int dos_cpu_isa_supported(enum dos_cpu_isa isa);
+/* "auto", "scalar", "avx2", "avx512", or "invalid". */
+const char *dos_cpu_isa_name(enum dos_cpu_isa isa);
+
+/* ---- Subgroup codelets ---------------------------------------------------------------
+ * Every task creator below checks its handles (vector interface, equal lengths, element
+ * sizes that match the dtypes) and returns an unsubmitted task in *task_out, so callers
+ * can set a scheduling context, priority or worker before starpu_task_submit(). Each
+ * codelet has a CPU and, when built with CUDA, a CUDA implementation with identical
+ * results, and a regression perfmodel named after the codelet ("dos_adam", ...). */
+
+/* One Adam/AdamW update of a subgroup: master (fp32, RW), m (fp32, RW), v (fp32, RW),
+ * grad (grad_dtype, R), and weight16 (weight_dtype fp16 or bf16, W; NULL when training in
+ * fp32). The step scalars are copied into the task. */
+int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t master, starpu_data_handle_t m,
+			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,
+			 starpu_data_handle_t weight16, enum dos_dtype weight_dtype, struct starpu_task **task_out);
+
+/* weight16 (fp16 or bf16, W) = master (fp32, R) rounded to nearest even. */
+int dos_cast_task_create(starpu_data_handle_t master, starpu_data_handle_t weight16, enum dos_dtype weight_dtype,
+			 struct starpu_task **task_out);
+
+/* Sum of squares of a gradient, for global-norm clipping and overflow detection. */
+struct dos_grad_stats {
+	double sum_sq;      /* sum of g*g, each square exact in double, in the fixed order of
+			       dos_grad_stats_order below, so every device gives the same bits */
+	uint32_t nonfinite; /* 1 when some element is inf or nan */
+	uint32_t reserved;
+};
+/* Reads grad (grad_dtype, R) and writes stats, a variable handle holding one
+ * struct dos_grad_stats (W). */
+int dos_grad_stats_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dtype, starpu_data_handle_t stats,
+			       struct starpu_task **task_out);
+
+/* grad *= factor in its own dtype (rounded to nearest even); factor == 0 writes +0 to
+ * every element whatever it held (use it to clear accumulated gradients). Errors also
+ * for a non-finite factor. */
+int dos_grad_scale_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dtype, float factor,
+			       struct starpu_task **task_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DOS_H */

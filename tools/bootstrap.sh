@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Prepares a build folder from a fresh checkout: dependencies (tools/deps.sh), autoreconf
+# when configure is missing or older than its inputs, and configure when the folder has
+# no Makefile or was configured against another StarPU. Used by the top-level GNUmakefile.
+#
+# Usage: tools/bootstrap.sh BUILD_DIR [configure arguments...]
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:?usage: tools/bootstrap.sh BUILD_DIR [configure arguments...]}
+shift
+
+prefix=$("$top"/tools/deps.sh --print-prefix native)
+
+cd "$top"
+if [[ ! -x configure || configure.ac -nt configure || Makefile.am -nt Makefile.in ]]; then
+	echo "bootstrap: autoreconf" >&2
+	autoreconf -fi >&2
+fi
+
+mkdir -p "$build"
+cd "$build"
+wanted="--with-starpu=$prefix $*"
+if [[ ! -f Makefile || ! -f .configured-with || $(cat .configured-with) != "$wanted" ]]; then
+	echo "bootstrap: configure $wanted in $build" >&2
+	# shellcheck disable=SC2086 # the arguments are words on purpose
+	"$top"/configure $wanted >&2
+	echo "$wanted" >.configured-with
+fi

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Takes a fresh Debian machine to a built StarPU 1.4: Debian build dependencies from apt,
+# StarPU's Debian source package, our CUDA 13 patch, and two installed variants (native:
+# CUDA when nvcc is there + MPI + FxT; simgrid: simulated machines) in a cache outside the
+# source tree, keyed by StarPU version and build flags. Idempotent: a second run with
+# nothing changed only checks and prints.
+#
+# Usage: tools/deps.sh                       install everything, print both prefixes
+#        tools/deps.sh --print-prefix VARIANT  same, then print only that prefix (native|simgrid)
+#        tools/deps.sh --packages-only         install the apt packages, build nothing
+# Environment: STARPU_DOS_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/starpu-dos),
+#              STARPU_DOS_JOBS (parallel make jobs, default nproc), CUDA_HOME (default
+#              /usr/local/cuda when nvcc is not on PATH).
+set -euo pipefail
+
+log() { printf 'deps: %s\n' "$*" >&2; }
+die() {
+	printf 'deps: error: %s\n' "$*" >&2
+	exit 1
+}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${STARPU_DOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/starpu-dos}
+jobs=${STARPU_DOS_JOBS:-$(nproc)}
+patch_file=$here/patches/starpu-1.4-cuda13-compute-mode.patch
+
+print_variant=""
+packages_only=0
+case "${1:-}" in
+"") ;;
+--print-prefix)
+	print_variant=${2:-}
+	[[ $print_variant == native || $print_variant == simgrid ]] ||
+		die "--print-prefix takes 'native' or 'simgrid', got '${print_variant}'"
+	;;
+--packages-only) packages_only=1 ;;
+*) die "unknown argument '$1' (see the usage at the top of $0)" ;;
+esac
+
+# Everything StarPU's two variants need to build, plus what our own build and tests use.
+apt_packages=(
+	build-essential autoconf automake libtool pkg-config dpkg-dev patch
+	libhwloc-dev hwloc libopenmpi-dev openmpi-bin libfxt-dev libsimgrid-dev
+	libopenblas-dev python3 clang-format
+)
+
+as_root() {
+	if [[ $(id -u) == 0 ]]; then
+		"$@"
+	elif command -v sudo >/dev/null; then
+		sudo "$@"
+	else
+		die "need root to run: $* (run as root, install sudo, or bring your own StarPU 1.4: see README)"
+	fi
+}
+
+apt_updated=0
+apt_update_once() {
+	if [[ $apt_updated == 0 ]]; then
+		log "apt-get update"
+		as_root apt-get update -qq >&2
+		apt_updated=1
+	fi
+}
+
+install_packages() {
+	local missing=() p
+	for p in "${apt_packages[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	[[ ${#missing[@]} == 0 ]] && return 0
+	apt_update_once
+	log "apt-get install ${missing[*]}"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+}
+
+# Highest StarPU 1.4.x source version the configured deb-src entries offer, or nothing.
+starpu_source_version() {
+	local best="" v
+	for v in $(apt-cache showsrc starpu 2>/dev/null | sed -n 's/^Version: //p'); do
+		[[ $v == 1.4.* ]] || continue
+		if [[ -z $best ]] || dpkg --compare-versions "$v" gt "$best"; then best=$v; fi
+	done
+	printf '%s' "$best"
+}
+
+# Adds a deb-src entry for one suite (source only: nothing from it is ever installed).
+add_deb_src() {
+	local suite=$1
+	log "adding a deb-src entry for Debian $suite (StarPU 1.4 source)"
+	as_root tee /etc/apt/sources.list.d/starpu-dos-src-"$suite".sources >/dev/null <<EOF
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: $suite
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+	apt_updated=0
+	apt_update_once
+}
+
+find_starpu_source_version() {
+	local v suite
+	v=$(starpu_source_version)
+	for suite in sid trixie; do
+		[[ -n $v ]] && break
+		add_deb_src "$suite"
+		v=$(starpu_source_version)
+	done
+	[[ -n $v ]] || die "no StarPU 1.4.x source package found in sid or trixie (apt-cache showsrc starpu)"
+	printf '%s' "$v"
+}
+
+# Applies our CUDA 13 patch where the source still reads cudaDeviceProp.computeMode.
+patch_source() {
+	local src=$1
+	if ! grep -q 'props\[devid\]\.computeMode' "$src"/src/drivers/cuda/driver_cuda.c; then
+		log "CUDA 13 compute-mode patch not needed (source does not read cudaDeviceProp.computeMode)"
+		return 0
+	fi
+	patch -d "$src" -p1 --dry-run --silent <"$patch_file" >/dev/null ||
+		die "$patch_file no longer applies to StarPU in $src, and the source still reads cudaDeviceProp.computeMode (removed in CUDA 13): update the patch"
+	patch -d "$src" -p1 --silent <"$patch_file"
+	log "applied $(basename "$patch_file")"
+}
+
+fetch_source() {
+	local version=$1 dir=$cache/src/$version
+	if [[ ! -f $dir/.extracted ]]; then
+		rm -rf "$dir"
+		mkdir -p "$dir"
+		log "apt-get source starpu=$version"
+		# _apt cannot write into root-owned cache folders; the warning about that is harmless.
+		(cd "$dir" && apt-get source -qq "starpu=$version" >&2 2>/dev/null) ||
+			die "apt-get source starpu=$version failed"
+		local src
+		src=$(find "$dir" -mindepth 1 -maxdepth 1 -type d -name 'starpu-*' | head -n 1)
+		[[ -n $src ]] || die "apt-get source left no starpu-* folder in $dir"
+		patch_source "$src"
+		touch "$dir/.extracted"
+	fi
+	find "$dir" -mindepth 1 -maxdepth 1 -type d -name 'starpu-*' | head -n 1
+}
+
+nvcc_path() {
+	if command -v nvcc >/dev/null; then
+		command -v nvcc
+	elif [[ -x ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc ]]; then
+		printf '%s' "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
+	fi
+}
+
+# Switches we never use: they cost build time or pull in dependencies.
+common_flags=(
+	--enable-maxcpus=256 --with-fxt --disable-opencl --disable-hip --disable-fortran
+	--disable-socl --disable-starpufft --disable-starpupy --disable-build-doc
+	--disable-build-examples --disable-build-tests --disable-openmp --enable-blas-lib=none
+)
+
+variant_flags() {
+	local variant=$1 nvcc
+	case $variant in
+	native)
+		nvcc=$(nvcc_path)
+		if [[ -n $nvcc ]]; then
+			printf '%s\n' "${common_flags[@]}" --enable-mpi --enable-cuda --with-cuda-dir="$(dirname "$(dirname "$nvcc")")"
+		else
+			printf '%s\n' "${common_flags[@]}" --enable-mpi --disable-cuda
+		fi
+		;;
+	# Simulated MPI would need SimGrid's SMPI toolchain; the simulated machines only need
+	# StarPU itself, so MPI stays off here.
+	simgrid) printf '%s\n' "${common_flags[@]}" --enable-simgrid --disable-cuda --disable-mpi ;;
+	esac
+}
+
+# Builds and installs one variant unless a finished build with the same key is cached.
+build_variant() {
+	local variant=$1 version=$2 src=$3 flags key prefix builddir logfile
+	mapfile -t flags < <(variant_flags "$variant")
+	key=$( {
+		printf '%s\n' "$version" "${flags[@]}"
+		cat "$patch_file"
+		if [[ $variant == native && -n $(nvcc_path) ]]; then "$(nvcc_path)" --version; fi
+	} | sha256sum | cut -c1-12)
+	prefix=$cache/starpu-$version-$variant-$key
+	if [[ -f $prefix/share/starpu-dos-build.txt ]]; then
+		printf '%s' "$prefix"
+		return 0
+	fi
+	builddir=$cache/build/$variant-$key
+	logfile=$cache/logs/starpu-$version-$variant-$key.log
+	rm -rf "$builddir" "$prefix"
+	mkdir -p "$builddir" "$(dirname "$logfile")"
+	log "building StarPU $version ($variant) into $prefix; log: $logfile"
+	if ! (cd "$builddir" && "$src"/configure --prefix="$prefix" "${flags[@]}" &&
+		make -j"$jobs" && make install) >"$logfile" 2>&1; then
+		tail -n 40 "$logfile" >&2
+		die "StarPU $variant build failed; full log: $logfile"
+	fi
+	{
+		echo "StarPU Debian source version: $version"
+		echo "variant: $variant"
+		echo "configure flags: ${flags[*]}"
+		echo "patch: $(basename "$patch_file")"
+		echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"
+	} >"$prefix/share/starpu-dos-build.txt"
+	rm -rf "$builddir"
+	log "built StarPU $version ($variant) in $SECONDS s"
+	printf '%s' "$prefix"
+}
+
+install_packages
+[[ $packages_only == 1 ]] && exit 0
+version=$(find_starpu_source_version)
+src=$(fetch_source "$version")
+native=$(build_variant native "$version" "$src")
+simgrid=$(build_variant simgrid "$version" "$src")
+case $print_variant in
+native) echo "$native" ;;
+simgrid) echo "$simgrid" ;;
+*)
+	echo "StarPU $version"
+	echo "native prefix:  $native"
+	echo "simgrid prefix: $simgrid"
+	;;
+esac
