@@ -1,0 +1,101 @@
+/* The Adam/AdamW subgroup update codelet: its CPU and CUDA implementations, perfmodel and
+ * task creator. Buffers: master, m, v (fp32, RW), grad (R), and optionally the 16-bit
+ * working weights (W), so the codelet has a variable number of buffers (4 or 5). */
+#include <errno.h>
+
+#include "codelet_util.h"
+#include "codelets.h"
+#include "errors.h"
+#include "kernels.h"
+
+struct adam_args {
+	struct dos_adam_step step;
+	enum dos_dtype grad_dtype;
+	enum dos_dtype weight_dtype;
+};
+
+static void adam_cpu(void *buffers[], void *cl_arg)
+{
+	const struct adam_args *a = cl_arg;
+	int has_weight = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) == 5;
+	_dos_cpu_kernels_selected()->adam(
+		&a->step, (float *)STARPU_VECTOR_GET_PTR(buffers[0]), (float *)STARPU_VECTOR_GET_PTR(buffers[1]),
+		(float *)STARPU_VECTOR_GET_PTR(buffers[2]), (const void *)STARPU_VECTOR_GET_PTR(buffers[3]),
+		a->grad_dtype, has_weight ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL, a->weight_dtype,
+		STARPU_VECTOR_GET_NX(buffers[0]));
+}
+
+#ifdef DOS_USE_CUDA
+static void adam_cuda(void *buffers[], void *cl_arg)
+{
+	const struct adam_args *a = cl_arg;
+	int has_weight = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) == 5;
+	DOS_CUDA_CHECK(_dos_adam_cuda(
+		&a->step, (float *)STARPU_VECTOR_GET_PTR(buffers[0]), (float *)STARPU_VECTOR_GET_PTR(buffers[1]),
+		(float *)STARPU_VECTOR_GET_PTR(buffers[2]), (const void *)STARPU_VECTOR_GET_PTR(buffers[3]),
+		a->grad_dtype, has_weight ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL, a->weight_dtype,
+		STARPU_VECTOR_GET_NX(buffers[0]), starpu_cuda_get_local_stream()));
+}
+#endif
+
+static struct starpu_perfmodel adam_model = {
+	.type = STARPU_NL_REGRESSION_BASED,
+	.symbol = "dos_adam",
+};
+
+struct starpu_codelet _dos_adam_codelet = {
+	.name = "dos_adam",
+	.cpu_funcs = {adam_cpu},
+	.cpu_funcs_name = {"adam_cpu"},
+#ifdef DOS_USE_CUDA
+	.cuda_funcs = {adam_cuda},
+	.cuda_flags = {STARPU_CUDA_ASYNC},
+#endif
+	.nbuffers = STARPU_VARIABLE_NBUFFERS,
+	.model = &adam_model,
+};
+
+int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t master, starpu_data_handle_t m,
+			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,
+			 starpu_data_handle_t weight16, enum dos_dtype weight_dtype, struct starpu_task **task_out)
+{
+	static const char *const names[] = {"master", "m", "v", "grad", "weight16"};
+	starpu_data_handle_t handles[] = {master, m, v, grad, weight16};
+	uint32_t n[5] = {0};
+	int err;
+	if (!task_out)
+		return DOS_FAIL(-EINVAL, "task_out is NULL");
+	if (!step)
+		return DOS_FAIL(-EINVAL, "step is NULL");
+	if (step->step == 0 || step->decay_kind > DOS_DECAY_L2)
+		return DOS_FAIL(-EINVAL, "step was not filled by dos_adam_step_init (step = %llu, decay_kind = %u)",
+				(unsigned long long)step->step, step->decay_kind);
+	if ((err = _dos_check_dtype(__func__, "grad_dtype", grad_dtype, 0)))
+		return err;
+	if (weight16 && (err = _dos_check_dtype(__func__, "weight_dtype", weight_dtype, 1)))
+		return err;
+	for (int i = 0; i < 5; i++) {
+		size_t elemsize = i < 3 ? sizeof(float) : dos_dtype_size(i == 3 ? grad_dtype : weight_dtype);
+		if (i == 4 && !weight16)
+			break;
+		if ((err = _dos_check_vector(__func__, names[i], handles[i], elemsize, &n[i])))
+			return err;
+		if (n[i] != n[0])
+			return DOS_FAIL(-EINVAL, "%s has %u elements but master has %u", names[i], n[i], n[0]);
+	}
+	if ((err = _dos_check_distinct(__func__, handles, names, 5)))
+		return err;
+
+	struct adam_args args = {.step = *step, .grad_dtype = grad_dtype, .weight_dtype = weight_dtype};
+	struct starpu_task *task = _dos_task_with_args(__func__, &_dos_adam_codelet, &args, sizeof args);
+	if (!task)
+		return -ENOMEM;
+	static const enum starpu_data_access_mode modes[] = {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_R, STARPU_W};
+	task->nbuffers = weight16 ? 5 : 4;
+	for (int i = 0; i < task->nbuffers; i++) {
+		task->handles[i] = handles[i];
+		task->modes[i] = modes[i];
+	}
+	*task_out = task;
+	return 0;
+}

@@ -1,0 +1,35 @@
+/* Helpers shared by the codelet files: argument checks on handles, task construction,
+ * and the CUDA error path. */
+#ifndef DOS_CODELET_UTIL_H
+#define DOS_CODELET_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dos.h"
+
+/* Checks that `h` (named `name` in messages) is a registered vector of `elemsize`-byte
+ * elements; stores its length in *nx. Returns 0 or -EINVAL with the message recorded. */
+int _dos_check_vector(const char *function, const char *name, starpu_data_handle_t h, size_t elemsize, uint32_t *nx);
+/* Checks that `dtype` is a valid enum dos_dtype and, when `sixteen_bit_only`, fp16 or bf16. */
+int _dos_check_dtype(const char *function, const char *name, enum dos_dtype dtype, int sixteen_bit_only);
+/* Checks that the n handles are pairwise distinct (an in-place alias would race). */
+int _dos_check_distinct(const char *function, starpu_data_handle_t *handles, const char *const *names, int n);
+
+/* A new task of `cl` whose cl_arg is a private copy of args[0 .. size) freed with it.
+ * Returns NULL (after recording -ENOMEM) when memory runs out. */
+struct starpu_task *_dos_task_with_args(const char *function, struct starpu_codelet *cl, const void *args, size_t size);
+
+#ifdef DOS_USE_CUDA
+#include <cuda_runtime.h>
+/* Aborts through StarPU when a kernel launch failed: inside a codelet there is no caller
+ * to return to, and continuing would hand stale data to the next task. */
+#define DOS_CUDA_CHECK(call)                                   \
+	do {                                                   \
+		cudaError_t dos_status_ = (call);              \
+		if (dos_status_ != cudaSuccess)                \
+			STARPU_CUDA_REPORT_ERROR(dos_status_); \
+	} while (0)
+#endif
+
+#endif /* DOS_CODELET_UTIL_H */
