@@ -10,6 +10,7 @@ build=${1:?usage: tools/bootstrap.sh BUILD_DIR [configure arguments...]}
 shift
 
 prefix=$("$top"/tools/deps.sh --print-prefix native)
+simgrid_prefix=$("$top"/tools/deps.sh --print-prefix simgrid)
 
 cd "$top"
 if [[ ! -x configure || configure.ac -nt configure || Makefile.am -nt Makefile.in ]]; then
@@ -19,7 +20,7 @@ fi
 
 mkdir -p "$build"
 cd "$build"
-wanted="--with-starpu=$prefix $*"
+wanted="--with-starpu=$prefix --with-starpu-simgrid=$simgrid_prefix $*"
 if [[ ! -f Makefile || ! -f .configured-with || $(cat .configured-with) != "$wanted" ]]; then
 	echo "bootstrap: configure $wanted in $build" >&2
 	# shellcheck disable=SC2086 # the arguments are words on purpose
