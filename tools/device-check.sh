@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The one-call GPU check, for the lent machine (see README "GPU checks"): runs the CUDA
+# parity tests, every other test on that machine's CPU, StarPU's bus calibration, the
+# Adam benchmark (CPU and GPU) and the codelet calibration, writes every log and model
+# under one output folder, and prints a short table last. Runs without a GPU too (the
+# CUDA steps then report SKIP), which is how it is tested here. Later issues add steps.
+#
+# Usage: tools/device-check.sh [BUNDLE_DIR] [OUT_DIR]   (defaults: device-bundle, $OUT)
+set -uo pipefail
+bundle=$(cd "${1:-device-bundle}" && pwd) || {
+	echo "no bundle: run 'make device-bundle' first" >&2
+	exit 2
+}
+out=${2:-${OUT:-device-results}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+step_limit=${DEVICE_CHECK_STEP_LIMIT:-240}
+
+# CUDA toolkit libraries are not bundled: take them from the CUDA install or from the
+# nvidia-* Python packages PyTorch brings, whichever has them.
+cuda_dirs=$(
+	for d in "${CUDA_HOME:-/usr/local/cuda}"/lib64 /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib; do
+		[ -d "$d" ] && echo "$d"
+	done
+	python3 -c 'import glob, os, site
+for s in site.getsitepackages() + [site.getusersitepackages()]:
+    for d in glob.glob(os.path.join(s, "nvidia", "*", "lib")) + glob.glob(os.path.join(s, "nvidia", "cu*", "lib")):
+        print(d)' 2>/dev/null
+)
+export LD_LIBRARY_PATH=$bundle/lib:$(echo "$cuda_dirs" | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export STARPU_HOME=$out/starpu-home STARPU_SILENT=1 DOS_QUIET=1
+export DOS_GOLDEN_DIR=$bundle/share/golden
+mkdir -p "$STARPU_HOME"
+
+summary=$out/summary.txt
+: >"$summary"
+# step NAME COMMAND...: runs COMMAND with a time limit, log in $out/NAME.log.
+step() {
+	local name=$1 start rc status
+	shift
+	start=$(date +%s%N)
+	timeout "$step_limit" "$@" >"$out/$name.log" 2>&1
+	rc=$?
+	case $rc in
+	0) status=PASS ;;
+	77) status=SKIP ;;
+	124) status=TIMEOUT ;;
+	*) status="FAIL($rc)" ;;
+	esac
+	printf '%-28s %-10s %8d ms\n' "$name" "$status" $((($(date +%s%N) - start) / 1000000)) >>"$summary"
+	tail -n 3 "$out/$name.log" | sed "s/^/  [$name] /"
+}
+
+{
+	date -u +%Y-%m-%dT%H:%M:%SZ
+	uname -a
+	nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv 2>&1
+	lscpu | grep -E 'Model name|^CPU\(s\)|NUMA node\(s\)'
+} >"$out/machine.txt"
+ldd "$bundle/lib/libstarpu-1.4.so" "$bundle/lib/libstarpu-dos.so" >"$out/ldd.txt" 2>&1
+if grep -q 'not found' "$out/ldd.txt"; then
+	echo "missing shared libraries (searched: $LD_LIBRARY_PATH):" >&2
+	grep 'not found' "$out/ldd.txt" | sort -u >&2
+fi
+step starpu_machine_display "$bundle/bin/starpu_machine_display"
+for t in "$bundle"/tests/test_cuda_parity "$bundle"/tests/test_*; do
+	name=$(basename "$t")
+	grep -q "^$name " "$summary" || step "$name" "$t"
+done
+step calibrate_bus "$bundle/bin/starpu_calibrate_bus"
+step bench_adam "$bundle/bin/dos-bench" adam
+step calibrate_codelets env STARPU_CALIBRATE=1 "$bundle/bin/dos-bench" calibrate
+
+echo
+echo "== device check: $(head -n 1 "$out/machine.txt"), results in $out"
+sed -n '/^# Summary/,$p' "$out/bench_adam.log" 2>/dev/null
+cat "$summary"
+! grep -qE 'FAIL|TIMEOUT' "$summary"

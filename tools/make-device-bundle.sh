@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Packs what tools/device-check.sh needs on the lent GPU machine, which has CUDA and
+# Python but no StarPU, no Debian packages and no network: our built tests and
+# benchmark (the real binaries, not libtool wrappers), our library, StarPU's library and
+# tools, every shared library they load that such a machine may lack, and the golden
+# vectors. The run tool carries the folder (64 MiB limit); this script checks the size.
+#
+# Usage: tools/make-device-bundle.sh BUNDLE_DIR STARPU_PREFIX BUILD_DIR
+set -euo pipefail
+bundle=${1:?usage: make-device-bundle.sh BUNDLE_DIR STARPU_PREFIX BUILD_DIR}
+starpu=${2:?STARPU_PREFIX missing}
+build=${3:?BUILD_DIR missing}
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+limit_mib=60
+
+rm -rf "$bundle"
+mkdir -p "$bundle"/{bin,lib,tests,share/golden}
+
+# The real ELF file behind a libtool-built program.
+real_binary() {
+	local dir base
+	dir=$(dirname "$1")
+	base=$(basename "$1")
+	if [[ -x $dir/.libs/$base ]]; then echo "$dir/.libs/$base"; else echo "$1"; fi
+}
+
+for t in "$build"/tests/test_*; do
+	[[ -x $t && ! $t == *.* ]] || continue
+	cp "$(real_binary "$t")" "$bundle/tests/$(basename "$t")"
+done
+cp "$(real_binary "$build/dos-bench")" "$bundle/bin/dos-bench"
+for tool in starpu_machine_display starpu_calibrate_bus starpu_perfmodel_display; do
+	cp "$starpu/bin/$tool" "$bundle/bin/"
+done
+cp -P "$build"/.libs/libstarpu-dos.so* "$bundle/lib/"
+cp -P "$starpu"/lib/libstarpu-1.4.so* "$bundle/lib/"
+cp "$top"/tests/golden/adam_torch.bin "$bundle/share/golden/"
+
+# Shared libraries the binaries load, except the C runtime, the GPU driver and the CUDA
+# toolkit libraries (StarPU links cuBLAS, cuSPARSE, cuSOLVER: about 900 MB), which the
+# device machine provides; tools/device-check.sh finds them there.
+is_system_lib() {
+	case $1 in
+	libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | libgcc_s.so* | libstdc++.so* | \
+		libcu*.so* | libnv*.so*) return 0 ;;
+	esac
+	return 1
+}
+for f in "$bundle"/bin/* "$bundle"/tests/* "$bundle"/lib/*.so*; do
+	LD_LIBRARY_PATH="$bundle/lib:$starpu/lib" ldd "$f" 2>/dev/null | awk '/=> \// {print $1, $3}'
+done | sort -u | while read -r name path; do
+	is_system_lib "$name" || [[ -e $bundle/lib/$name ]] || cp -L "$path" "$bundle/lib/$name"
+done
+
+size_kib=$(du -sk "$bundle" | cut -f1)
+echo "device bundle: $bundle, $((size_kib / 1024)) MiB, $(ls "$bundle/lib" | wc -l) libraries"
+if ((size_kib > limit_mib * 1024)); then
+	echo "device bundle is over ${limit_mib} MiB: the run tool carries at most 64 MiB" >&2
+	exit 1
+fi
