@@ -38,22 +38,7 @@ static void adam_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-static struct starpu_perfmodel adam_model = {
-	.type = STARPU_NL_REGRESSION_BASED,
-	.symbol = "dos_adam",
-};
-
-struct starpu_codelet _dos_adam_codelet = {
-	.name = "dos_adam",
-	.cpu_funcs = {adam_cpu},
-	.cpu_funcs_name = {"adam_cpu"},
-#ifdef DOS_USE_CUDA
-	.cuda_funcs = {adam_cuda},
-	.cuda_flags = {STARPU_CUDA_ASYNC},
-#endif
-	.nbuffers = STARPU_VARIABLE_NBUFFERS,
-	.model = &adam_model,
-};
+DOS_DEFINE_CODELET(adam, adam_cpu, adam_cuda, STARPU_VARIABLE_NBUFFERS);
 
 int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t master, starpu_data_handle_t m,
 			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,

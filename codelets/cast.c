@@ -25,23 +25,7 @@ static void cast_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-static struct starpu_perfmodel cast_model = {
-	.type = STARPU_NL_REGRESSION_BASED,
-	.symbol = "dos_cast",
-};
-
-struct starpu_codelet _dos_cast_codelet = {
-	.name = "dos_cast",
-	.cpu_funcs = {cast_cpu},
-	.cpu_funcs_name = {"cast_cpu"},
-#ifdef DOS_USE_CUDA
-	.cuda_funcs = {cast_cuda},
-	.cuda_flags = {STARPU_CUDA_ASYNC},
-#endif
-	.nbuffers = 2,
-	.modes = {STARPU_R, STARPU_W},
-	.model = &cast_model,
-};
+DOS_DEFINE_CODELET(cast, cast_cpu, cast_cuda, 2, STARPU_R, STARPU_W);
 
 int dos_cast_task_create(starpu_data_handle_t master, starpu_data_handle_t weight16, enum dos_dtype weight_dtype,
 			 struct starpu_task **task_out)

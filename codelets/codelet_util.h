@@ -20,6 +20,30 @@ int _dos_check_distinct(const char *function, starpu_data_handle_t *handles, con
  * Returns NULL (after recording -ENOMEM) when memory runs out. */
 struct starpu_task *_dos_task_with_args(const char *function, struct starpu_codelet *cl, const void *args, size_t size);
 
+/* Defines the perfmodel "dos_NAME" (non-linear regression on the data size, per
+ * implementation) and the codelet _dos_NAME_codelet with CPU_FN and, when built with
+ * CUDA, CUDA_FN (asynchronous on StarPU's stream); the remaining arguments are the
+ * access modes (none for a variable number of buffers). */
+#define DOS_DEFINE_CODELET(NAME, CPU_FN, CUDA_FN, NBUFFERS, ...)        \
+	static struct starpu_perfmodel NAME##_model = {                 \
+		.type = STARPU_NL_REGRESSION_BASED,                     \
+		.symbol = "dos_" #NAME,                                 \
+	};                                                              \
+	struct starpu_codelet _dos_##NAME##_codelet = {                 \
+		.name = "dos_" #NAME,                                   \
+		.cpu_funcs = {CPU_FN},                                  \
+		.cpu_funcs_name = {#CPU_FN},                            \
+		DOS_CUDA_IMPLEMENTATION(CUDA_FN).nbuffers = (NBUFFERS), \
+		.modes = {__VA_ARGS__},                                 \
+		.model = &NAME##_model,                                 \
+	}
+
+#ifdef DOS_USE_CUDA
+#define DOS_CUDA_IMPLEMENTATION(CUDA_FN) .cuda_funcs = {CUDA_FN}, .cuda_flags = {STARPU_CUDA_ASYNC},
+#else
+#define DOS_CUDA_IMPLEMENTATION(CUDA_FN)
+#endif
+
 #ifdef DOS_USE_CUDA
 #include <cuda_runtime.h>
 /* Aborts through StarPU when a kernel launch failed: inside a codelet there is no caller

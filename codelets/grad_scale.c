@@ -30,23 +30,7 @@ static void grad_scale_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-static struct starpu_perfmodel grad_scale_model = {
-	.type = STARPU_NL_REGRESSION_BASED,
-	.symbol = "dos_grad_scale",
-};
-
-struct starpu_codelet _dos_grad_scale_codelet = {
-	.name = "dos_grad_scale",
-	.cpu_funcs = {grad_scale_cpu},
-	.cpu_funcs_name = {"grad_scale_cpu"},
-#ifdef DOS_USE_CUDA
-	.cuda_funcs = {grad_scale_cuda},
-	.cuda_flags = {STARPU_CUDA_ASYNC},
-#endif
-	.nbuffers = 1,
-	.modes = {STARPU_RW},
-	.model = &grad_scale_model,
-};
+DOS_DEFINE_CODELET(grad_scale, grad_scale_cpu, grad_scale_cuda, 1, STARPU_RW);
 
 int dos_grad_scale_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dtype, float factor,
 			       struct starpu_task **task_out)

@@ -26,23 +26,7 @@ static void grad_stats_cuda(void *buffers[], void *cl_arg)
 }
 #endif
 
-static struct starpu_perfmodel grad_stats_model = {
-	.type = STARPU_NL_REGRESSION_BASED,
-	.symbol = "dos_grad_stats",
-};
-
-struct starpu_codelet _dos_grad_stats_codelet = {
-	.name = "dos_grad_stats",
-	.cpu_funcs = {grad_stats_cpu},
-	.cpu_funcs_name = {"grad_stats_cpu"},
-#ifdef DOS_USE_CUDA
-	.cuda_funcs = {grad_stats_cuda},
-	.cuda_flags = {STARPU_CUDA_ASYNC},
-#endif
-	.nbuffers = 2,
-	.modes = {STARPU_R, STARPU_W},
-	.model = &grad_stats_model,
-};
+DOS_DEFINE_CODELET(grad_stats, grad_stats_cpu, grad_stats_cuda, 2, STARPU_R, STARPU_W);
 
 int dos_grad_stats_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dtype, starpu_data_handle_t stats,
 			       struct starpu_task **task_out)
