@@ -54,3 +54,13 @@ struct starpu_task *_dos_task_with_args(const char *function, struct starpu_code
 	task->cl_arg_free = 1;
 	return task;
 }
+
+#if !defined(DOS_USE_CUDA) && defined(STARPU_SIMGRID)
+void _dos_simulated_cuda(void *buffers[], void *cl_arg)
+{
+	(void)buffers;
+	(void)cl_arg;
+	/* SimGrid never runs codelet bodies unless STARPU_CODELET_SIMGRID_EXECUTE is set */
+	STARPU_ABORT_MSG("a simulated CUDA implementation was called outside SimGrid");
+}
+#endif

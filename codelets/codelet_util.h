@@ -38,8 +38,13 @@ struct starpu_task *_dos_task_with_args(const char *function, struct starpu_code
 		.model = &NAME##_model,                                 \
 	}
 
-#ifdef DOS_USE_CUDA
+#if defined(DOS_USE_CUDA)
 #define DOS_CUDA_IMPLEMENTATION(CUDA_FN) .cuda_funcs = {CUDA_FN}, .cuda_flags = {STARPU_CUDA_ASYNC},
+#elif defined(STARPU_SIMGRID)
+/* Simulated machines: StarPU places a task on a simulated GPU only if its codelet has a
+ * CUDA implementation, and takes its duration from the perfmodel without running it. */
+void _dos_simulated_cuda(void *buffers[], void *cl_arg);
+#define DOS_CUDA_IMPLEMENTATION(CUDA_FN) .cuda_funcs = {_dos_simulated_cuda},
 #else
 #define DOS_CUDA_IMPLEMENTATION(CUDA_FN)
 #endif
