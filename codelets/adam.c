@@ -84,3 +84,16 @@ int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t 
 	*task_out = task;
 	return 0;
 }
+
+int _dos_adam_task_info(const struct starpu_task *task, uint64_t *step, enum dos_dtype *grad_dtype,
+			enum dos_dtype *weight_dtype, size_t *params)
+{
+	if (!task || task->cl != &_dos_adam_codelet || !task->cl_arg)
+		return -1;
+	const struct adam_args *a = task->cl_arg;
+	*step = a->step.step;
+	*grad_dtype = a->grad_dtype;
+	*weight_dtype = STARPU_TASK_GET_NBUFFERS(task) == 5 ? a->weight_dtype : DOS_FP32;
+	*params = starpu_vector_get_nx(STARPU_TASK_GET_HANDLE(task, 0));
+	return 0;
+}

@@ -150,6 +150,36 @@ int dos_grad_stats_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dt
 int dos_grad_scale_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dtype, float factor,
 			       struct starpu_task **task_out);
 
+/* ---- Scheduling policies --------------------------------------------------------------
+ * "dos" plans each step's subgroup updates between CPU and GPU with a cost model (see
+ * sched/dos_policy.c and README); "all-cpu", "stride" (DOS_STRIDE_K, default 2) and
+ * "resident" (DOS_RESIDENT_RATIO, default 0.5) are the static baselines of ZeRO-Offload,
+ * the DOS prototype and Twin-Flow. Any StarPU 1.4 program can use them with
+ * STARPU_SCHED_LIB=<path to libstarpu-dos.so> STARPU_SCHED=dos; a program that owns
+ * starpu_init can pass dos_sched_policy("dos") as starpu_conf.sched_policy, or create a
+ * scheduling context with it (STARPU_SCHED_CTX_POLICY_STRUCT). */
+
+/* The policy named `name`, or NULL for a name that is not one of ours. */
+struct starpu_sched_policy *dos_sched_policy(const char *name);
+
+struct dos_sched_stats {
+	unsigned long decisions;                /* tasks placed */
+	double decision_seconds;                /* CPU time spent placing them, planning included */
+	unsigned long plans;                    /* steps planned */
+	double plan_seconds;                    /* CPU time spent planning */
+	unsigned long cpu_updates, gpu_updates; /* update tasks placed on each side */
+	uint64_t last_step;                     /* step number of the last plan */
+	unsigned last_subgroups, last_gpu_subgroups;
+	double last_predicted_seconds; /* the plan's own prediction of its update phase */
+	double last_bound_seconds;     /* the best achievable update phase (bound.c) */
+	double gpu_budget_bytes;       /* GPU memory the last plan allowed itself */
+	int calibrated;                /* the last plan had measured update times */
+};
+
+/* Statistics of the starpu-dos policy running in `sched_ctx` (0 for the global one).
+ * Errors: -EINVAL for a NULL `out` or a context not run by one of our policies. */
+int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

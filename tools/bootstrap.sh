@@ -11,6 +11,7 @@ shift
 
 prefix=$("$top"/tools/deps.sh --print-prefix native)
 simgrid_prefix=$("$top"/tools/deps.sh --print-prefix simgrid)
+starpu_source=$("$top"/tools/deps.sh --print-source)
 
 cd "$top"
 if [[ ! -x configure || configure.ac -nt configure || Makefile.am -nt Makefile.in ]]; then
@@ -20,7 +21,7 @@ fi
 
 mkdir -p "$build"
 cd "$build"
-wanted="--with-starpu=$prefix --with-starpu-simgrid=$simgrid_prefix $*"
+wanted="--with-starpu=$prefix --with-starpu-simgrid=$simgrid_prefix --with-starpu-source=$starpu_source $*"
 if [[ ! -f Makefile || ! -f .configured-with || $(cat .configured-with) != "$wanted" ]]; then
 	echo "bootstrap: configure $wanted in $build" >&2
 	# shellcheck disable=SC2086 # the arguments are words on purpose

@@ -8,6 +8,7 @@
 # Usage: tools/deps.sh                       install everything, print both prefixes
 #        tools/deps.sh --print-prefix VARIANT  same, then print only that prefix (native|simgrid)
 #        tools/deps.sh --packages-only         install the apt packages, build nothing
+#        tools/deps.sh --print-source          same as the first, then print StarPU's source folder
 # Environment: STARPU_DOS_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/starpu-dos),
 #              STARPU_DOS_JOBS (parallel make jobs, default nproc), CUDA_HOME (default
 #              /usr/local/cuda when nvcc is not on PATH).
@@ -34,6 +35,7 @@ case "${1:-}" in
 		die "--print-prefix takes 'native' or 'simgrid', got '${print_variant}'"
 	;;
 --packages-only) packages_only=1 ;;
+--print-source) print_variant=source ;;
 *) die "unknown argument '$1' (see the usage at the top of $0)" ;;
 esac
 
@@ -219,6 +221,7 @@ simgrid=$(build_variant simgrid "$version" "$src")
 case $print_variant in
 native) echo "$native" ;;
 simgrid) echo "$simgrid" ;;
+source) echo "$src" ;;
 *)
 	echo "StarPU $version"
 	echo "native prefix:  $native"

@@ -1,0 +1,102 @@
+/* The best achievable update-phase time for a step, against which every measured time
+ * is printed. It extends the f* / T* model of the notes with GPU memory: in steady state
+ * a resident share p_r of the parameters (at most what the budget holds) costs GPU time
+ * but no state transfer, a transient share p_x costs GPU time and its state both ways,
+ * the rest p_c costs CPU time; the four resources (CPU workers together, GPU, each link
+ * direction) work in parallel, so
+ *     T(p_r, p_x) = max(CPU(p_c), GPU(p_r + p_x), H2D(...), D2H(...))
+ * and the bound is its minimum over the feasible (p_r, p_x), split continuously (no
+ * subgroup granularity, no pipeline fill, no latency): a lower bound, not a plan. T is
+ * convex, so the minimum over p_x for each p_r is found at a vertex of the max of lines,
+ * and over p_r by ternary search. */
+#include <math.h>
+
+#include "planner.h"
+
+struct linear {
+	double at0, slope; /* resource time = at0 + slope * p_x */
+};
+
+/* The four resource times for resident params pr, as lines in the transient params. */
+static void resource_lines(const struct dos_machine_costs *m, double total, double pr, struct linear l[4])
+{
+	double cpu_rate = m->cpu_seconds_per_param * m->host_contention / (m->ncpu_workers > 0 ? m->ncpu_workers : 1);
+	double pc0 = total - pr; /* CPU params when p_x = 0; each p_x moves one param off the CPU */
+	l[0] = (struct linear){pc0 * cpu_rate, -cpu_rate};
+	l[1] = (struct linear){pr * m->gpu_seconds_per_param, m->gpu_seconds_per_param};
+	double h_res = dos_gpu_path_h2d_bytes(m, 1.0, 1), h_tr = dos_gpu_path_h2d_bytes(m, 1.0, 0);
+	double h_cpu = dos_cpu_path_h2d_bytes(m, 1.0);
+	l[2] = (struct linear){(pr * h_res + pc0 * h_cpu) / m->h2d_bytes_per_second,
+			       (h_tr - h_cpu) / m->h2d_bytes_per_second};
+	double d_res = dos_gpu_path_d2h_bytes(m, 1.0, 1), d_tr = dos_gpu_path_d2h_bytes(m, 1.0, 0);
+	double d_cpu = dos_cpu_path_d2h_bytes(m, 1.0);
+	l[3] = (struct linear){(pr * d_res + pc0 * d_cpu) / m->d2h_bytes_per_second,
+			       (d_tr - d_cpu) / m->d2h_bytes_per_second};
+}
+
+static double max_at(const struct linear l[4], double x)
+{
+	double t = 0;
+	for (int i = 0; i < 4; i++)
+		t = fmax(t, l[i].at0 + l[i].slope * x);
+	return t;
+}
+
+/* min over x in [0, hi] of the max of the lines: at an end or where two lines cross. */
+static double best_transient(const struct linear l[4], double hi)
+{
+	double best = fmin(max_at(l, 0), max_at(l, hi));
+	for (int i = 0; i < 4; i++)
+		for (int j = i + 1; j < 4; j++) {
+			double ds = l[i].slope - l[j].slope;
+			if (ds == 0)
+				continue;
+			double x = (l[j].at0 - l[i].at0) / ds;
+			if (x > 0 && x < hi)
+				best = fmin(best, max_at(l, x));
+		}
+	return best;
+}
+
+static double best_for_resident(const struct dos_machine_costs *m, double total, double pr, int transient_allowed)
+{
+	struct linear l[4];
+	resource_lines(m, total, pr, l);
+	return transient_allowed ? best_transient(l, total - pr) : max_at(l, 0);
+}
+
+/* min over resident params in [0, resident_room / 12 B] (ternary search: convex). */
+static double best_resident_split(const struct dos_machine_costs *m, double total, double resident_room,
+				  int transient_allowed)
+{
+	double lo = 0, hi = fmin(total, resident_room / DOS_STATE_BYTES_PER_PARAM);
+	for (int it = 0; it < 200 && hi - lo > 1e-9 * total; it++) {
+		double a = lo + (hi - lo) / 3, b = hi - (hi - lo) / 3;
+		if (best_for_resident(m, total, a, transient_allowed) <=
+		    best_for_resident(m, total, b, transient_allowed))
+			hi = b;
+		else
+			lo = a;
+	}
+	return best_for_resident(m, total, 0.5 * (lo + hi), transient_allowed);
+}
+
+double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n)
+{
+	double total = 0, biggest = 0;
+	for (int i = 0; i < n; i++) {
+		total += sg[i].params;
+		biggest = fmax(biggest, sg[i].params);
+	}
+	if (total <= 0)
+		return 0.0;
+	if (!isfinite(m->gpu_seconds_per_param) || m->gpu_budget_bytes <= 0)
+		return best_for_resident(m, total, 0.0, 0);
+	/* Either the whole budget holds resident state, or two staging slots of the biggest
+	 * subgroup stay free for state in transit (as the planner keeps them): the better. */
+	double only_resident = best_resident_split(m, total, m->gpu_budget_bytes, 0);
+	double slots = 2 * biggest * DOS_STATE_BYTES_PER_PARAM;
+	if (m->gpu_budget_bytes < slots)
+		return only_resident;
+	return fmin(only_resident, best_resident_split(m, total, m->gpu_budget_bytes - slots, 1));
+}

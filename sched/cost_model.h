@@ -1,0 +1,59 @@
+/* The cost model of the dos policy, in one place: what one subgroup update costs on the
+ * CPU and on the GPU, what it moves over each direction of the link, and how much GPU
+ * memory the optimizer may use. The planner (planner.c) and the bound (bound.c) read
+ * it; rates.c fills it from StarPU's calibrated perfmodels and bus model. Pure data and
+ * arithmetic: testable without StarPU. Times in seconds, sizes in bytes. */
+#ifndef DOS_COST_MODEL_H
+#define DOS_COST_MODEL_H
+
+#include <stddef.h>
+
+#define DOS_STATE_BYTES_PER_PARAM 12.0 /* fp32 master, m, v */
+
+/* Where the gradient and the 16-bit weights of every subgroup live. */
+struct dos_data_homes {
+	double grad_bytes_per_param;   /* 2 for fp16/bf16, 4 for fp32 */
+	double weight_bytes_per_param; /* 2, or 0 when training in fp32 */
+	int grads_on_gpu;              /* produced by backward on the GPU */
+	int weights_on_gpu;            /* read by forward on the GPU */
+};
+
+struct dos_machine_costs {
+	int ncpu_workers;
+	double cpu_seconds_per_param;                      /* one CPU worker, one subgroup, alone */
+	double gpu_seconds_per_param;                      /* the GPU, one subgroup */
+	double h2d_bytes_per_second, d2h_bytes_per_second; /* full duplex: each way */
+	double link_latency_seconds;
+	/* CPU Adam slows down while DMA shares host memory bandwidth: CPU times are
+	 * multiplied by this factor (>= 1) */
+	double host_contention;
+	/* GPU memory the optimizer's state may occupy, after the forecast of what forward
+	 * and backward need */
+	double gpu_budget_bytes;
+	struct dos_data_homes homes;
+};
+
+/* Link bytes of one subgroup of `params` parameters by path and direction. */
+static inline double dos_gpu_path_h2d_bytes(const struct dos_machine_costs *m, double params, int state_resident)
+{
+	return params * ((state_resident ? 0.0 : DOS_STATE_BYTES_PER_PARAM) +
+			 (m->homes.grads_on_gpu ? 0.0 : m->homes.grad_bytes_per_param));
+}
+
+static inline double dos_gpu_path_d2h_bytes(const struct dos_machine_costs *m, double params, int stays_resident)
+{
+	return params * ((stays_resident ? 0.0 : DOS_STATE_BYTES_PER_PARAM) +
+			 (m->homes.weights_on_gpu ? 0.0 : m->homes.weight_bytes_per_param));
+}
+
+static inline double dos_cpu_path_h2d_bytes(const struct dos_machine_costs *m, double params)
+{
+	return params * (m->homes.weights_on_gpu ? m->homes.weight_bytes_per_param : 0.0);
+}
+
+static inline double dos_cpu_path_d2h_bytes(const struct dos_machine_costs *m, double params)
+{
+	return params * (m->homes.grads_on_gpu ? m->homes.grad_bytes_per_param : 0.0);
+}
+
+#endif /* DOS_COST_MODEL_H */

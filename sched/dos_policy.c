@@ -1,0 +1,453 @@
+/* The dos scheduling policy and its static baselines, as StarPU policies.
+ *
+ * Any task: earliest finish time over the workers of the context, from StarPU's
+ * perfmodels and transfer predictions, with per-worker queues and input prefetch (the
+ * sane default of dmda, for tasks we know nothing special about).
+ *
+ * dos_adam tasks (subgroup updates): placed by a plan made once per step. submit_hook
+ * collects every update task of a step as it is submitted, before its gradients are
+ * ready; the first time one of them becomes ready, the whole step is planned at once
+ * (planner.c) from the cost model (rates.c: perfmodels as measured in the previous
+ * steps, bus model, GPU memory left after the forecast of what the application's own
+ * tasks used). Then:
+ *  - GPU-placed state is prefetched to the GPU at plan time, so its transfer overlaps
+ *    whatever still runs before the update (the end of backward);
+ *  - GPU-transient state is written back (starpu_data_wont_use) as soon as its update
+ *    ends, so the link works during the rest of the phase and memory is freed;
+ *  - GPU-resident state stays on the GPU across steps, and is found there by the next
+ *    plan: no transfer at all, while memory allows.
+ * The policy names select the placement rule: "dos" (the plan above), "all-cpu"
+ * (ZeRO-Offload), "stride" (the DOS prototype: every k-th subgroup, k = DOS_STRIDE_K,
+ * default 2, state in and out every step), "resident" (Twin-Flow: the first
+ * DOS_RESIDENT_RATIO share, default 0.5, kept on the GPU). Everything else is shared, so
+ * they differ only in the placement rule. One GPU (the first CUDA worker) is planned for;
+ * further GPUs take other work by earliest finish time. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <starpu.h>
+#include <starpu_scheduler.h>
+
+#include "codelets.h"
+#include "dos.h"
+#include "planner.h"
+#include "rates.h"
+
+enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
+
+/* The update tasks of the step being collected or executed. */
+struct step_tasks {
+	uint64_t step;
+	int n, cap;
+	struct starpu_task **tasks;
+	int planned;
+};
+
+struct policy {
+	enum placement_rule rule;
+	int stride_k;
+	double resident_ratio;
+	starpu_pthread_mutex_t plan_lock; /* guards `step`, `stats`, `app_peak_bytes` */
+	struct step_tasks step;
+	double app_peak_bytes; /* most GPU memory seen used beyond our resident state */
+	/* per-worker queues, each guarded by its worker's scheduling mutex */
+	struct starpu_task_list queue[STARPU_NMAXWORKERS];
+	double queued_us[STARPU_NMAXWORKERS];
+	struct dos_sched_stats stats;
+};
+
+/* task->sched_data carries an update task's planned placement, offset by one so that a
+ * NULL means "no plan". */
+#define PLACEMENT_TAG(p) ((void *)(uintptr_t)((p) + 1))
+#define TAG_PLACEMENT(d) ((enum dos_placement)((uintptr_t)(d)-1))
+
+static double seconds_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static struct policy *policy_of(unsigned sched_ctx)
+{
+	return starpu_sched_ctx_get_policy_data(sched_ctx);
+}
+
+static void lock_plan(struct policy *p)
+{
+	/* a worker blocking here must stay wakeable by others (StarPU's locking rule) */
+	starpu_worker_relax_on();
+	STARPU_PTHREAD_MUTEX_LOCK(&p->plan_lock);
+	starpu_worker_relax_off();
+}
+
+static void unlock_plan(struct policy *p)
+{
+	STARPU_PTHREAD_MUTEX_UNLOCK(&p->plan_lock);
+}
+
+static double env_double(const char *name, double fallback, double lo, double hi)
+{
+	const char *s = getenv(name);
+	if (!s || !*s)
+		return fallback;
+	char *end;
+	double x = strtod(s, &end);
+	if (*end || !(x >= lo && x <= hi)) {
+		fprintf(stderr, "starpu-dos: %s = '%s' is not a number in [%g, %g]; using %g\n", name, s, lo, hi,
+			fallback);
+		return fallback;
+	}
+	return x;
+}
+
+static void init_policy(unsigned sched_ctx, enum placement_rule rule)
+{
+	struct policy *p = calloc(1, sizeof *p);
+	STARPU_ASSERT_MSG(p, "out of memory for the dos policy");
+	p->rule = rule;
+	p->stride_k = (int)env_double("DOS_STRIDE_K", 2, 1, 1e6);
+	p->resident_ratio = env_double("DOS_RESIDENT_RATIO", 0.5, 0, 1);
+	STARPU_PTHREAD_MUTEX_INIT(&p->plan_lock, NULL);
+	for (int w = 0; w < STARPU_NMAXWORKERS; w++)
+		starpu_task_list_init(&p->queue[w]);
+	starpu_sched_ctx_set_policy_data(sched_ctx, p);
+}
+
+static void init_dos(unsigned ctx)
+{
+	init_policy(ctx, RULE_DOS);
+}
+static void init_all_cpu(unsigned ctx)
+{
+	init_policy(ctx, RULE_ALL_CPU);
+}
+static void init_stride(unsigned ctx)
+{
+	init_policy(ctx, RULE_STRIDE);
+}
+static void init_resident(unsigned ctx)
+{
+	init_policy(ctx, RULE_RESIDENT);
+}
+
+static const char *rule_name(enum placement_rule rule)
+{
+	static const char *const names[] = {"dos", "all-cpu", "stride", "resident"};
+	return names[rule];
+}
+
+static void deinit_policy(unsigned sched_ctx)
+{
+	struct policy *p = policy_of(sched_ctx);
+	const char *verbose = getenv("DOS_SCHED_VERBOSE");
+	if (verbose && verbose[0] == '1')
+		fprintf(stderr,
+			"starpu-dos: %s: %lu tasks placed (%.2f us each), %lu steps planned, %lu updates on CPU, %lu "
+			"on GPU\n",
+			rule_name(p->rule), p->stats.decisions,
+			p->stats.decisions ? 1e6 * p->stats.decision_seconds / (double)p->stats.decisions : 0.0,
+			p->stats.plans, p->stats.cpu_updates, p->stats.gpu_updates);
+	STARPU_PTHREAD_MUTEX_DESTROY(&p->plan_lock);
+	free(p->step.tasks);
+	free(p);
+}
+
+/* ---- collecting and planning a step -------------------------------------------------- */
+
+static void submit_hook(struct starpu_task *task)
+{
+	uint64_t step;
+	enum dos_dtype gt, wt;
+	size_t params;
+	if (_dos_adam_task_info(task, &step, &gt, &wt, &params))
+		return;
+	struct policy *p = policy_of(task->sched_ctx);
+	lock_plan(p);
+	if (step != p->step.step || p->step.planned) {
+		/* a new step (or updates submitted after the plan: they start a new batch) */
+		p->step.step = step;
+		p->step.n = 0;
+		p->step.planned = 0;
+	}
+	if (p->step.n == p->step.cap) {
+		int cap = p->step.cap ? 2 * p->step.cap : 256;
+		struct starpu_task **grown = realloc(p->step.tasks, (size_t)cap * sizeof *grown);
+		STARPU_ASSERT_MSG(grown, "out of memory for %d update tasks", cap);
+		p->step.tasks = grown;
+		p->step.cap = cap;
+	}
+	p->step.tasks[p->step.n++] = task;
+	task->sched_data = NULL;
+	unlock_plan(p);
+}
+
+static int on_gpu(starpu_data_handle_t h, int gpu)
+{
+	return gpu >= 0 && starpu_data_is_on_node(h, starpu_worker_get_memory_node((unsigned)gpu));
+}
+
+static int home_is_gpu(starpu_data_handle_t h)
+{
+	int home = starpu_data_get_home_node(h);
+	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CUDA_RAM;
+}
+
+/* GPU memory our resident state occupies now, to tell it apart from the application's. */
+static double resident_state_bytes(const struct step_tasks *s, int gpu)
+{
+	double bytes = 0;
+	for (int i = 0; i < s->n; i++) {
+		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], 0);
+		if (on_gpu(master, gpu))
+			bytes += DOS_STATE_BYTES_PER_PARAM * (double)starpu_vector_get_nx(master);
+	}
+	return bytes;
+}
+
+static void prefetch_state(struct starpu_task *task, unsigned node, int prio)
+{
+	for (int b = 0; b < 3; b++)
+		starpu_data_prefetch_on_node_prio(STARPU_TASK_GET_HANDLE(task, b), node, 1, prio);
+}
+
+/* Plans p->step (plan lock held). */
+static void plan_step(struct policy *p, unsigned sched_ctx)
+{
+	double t0 = seconds_now();
+	struct step_tasks *s = &p->step;
+	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
+	struct starpu_task *first = s->tasks[0];
+	uint64_t step;
+	enum dos_dtype gt, wt;
+	size_t params;
+	_dos_adam_task_info(first, &step, &gt, &wt, &params);
+	struct dos_data_homes homes = {
+		.grad_bytes_per_param = (double)dos_dtype_size(gt),
+		.weight_bytes_per_param = wt == DOS_FP32 ? 0.0 : 2.0,
+		.grads_on_gpu = home_is_gpu(STARPU_TASK_GET_HANDLE(first, 3)),
+		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(STARPU_TASK_GET_HANDLE(first, 4)),
+	};
+	/* forecast of the application's GPU memory: the most it used beyond our state so far */
+	if (gpu >= 0) {
+		unsigned node = starpu_worker_get_memory_node((unsigned)gpu);
+		double other = (double)starpu_memory_get_used(node) - resident_state_bytes(s, gpu);
+		p->app_peak_bytes = fmax(p->app_peak_bytes, other);
+	}
+	struct dos_machine_costs m;
+	int calibrated;
+	_dos_measure_costs(first, sched_ctx, &homes, p->app_peak_bytes, &m, &calibrated);
+
+	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
+	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
+	STARPU_ASSERT_MSG(sg && place, "out of memory planning %d subgroups", s->n);
+	for (int i = 0; i < s->n; i++) {
+		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], 0);
+		sg[i].params = (double)starpu_vector_get_nx(master);
+		sg[i].resident_now = on_gpu(master, gpu);
+	}
+	if (gpu < 0 || p->rule == RULE_ALL_CPU)
+		_dos_plan_all_cpu(s->n, place);
+	else if (p->rule == RULE_STRIDE)
+		_dos_plan_stride(s->n, p->stride_k, place);
+	else if (p->rule == RULE_RESIDENT)
+		_dos_plan_resident(s->n, p->resident_ratio, place);
+	else
+		_dos_plan_step(&m, sg, s->n, place);
+
+	int ngpu = 0;
+	for (int i = 0; i < s->n; i++) {
+		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i]);
+		if (place[i] != DOS_PLACE_CPU) {
+			ngpu++;
+			/* in plan order, highest priority first, so transfers start in that order */
+			if (!sg[i].resident_now)
+				prefetch_state(s->tasks[i], starpu_worker_get_memory_node((unsigned)gpu), s->n - i);
+		}
+	}
+	p->stats.last_step = step;
+	p->stats.last_subgroups = (unsigned)s->n;
+	p->stats.last_gpu_subgroups = (unsigned)ngpu;
+	p->stats.last_predicted_seconds = _dos_plan_predict(&m, sg, s->n, place);
+	p->stats.last_bound_seconds = _dos_bound_seconds(&m, sg, s->n);
+	p->stats.calibrated = calibrated;
+	p->stats.gpu_budget_bytes = m.gpu_budget_bytes;
+	s->planned = 1;
+	free(sg);
+	free(place);
+	p->stats.plan_seconds += seconds_now() - t0;
+	p->stats.plans++;
+}
+
+/* ---- pushing to workers ---------------------------------------------------------------- */
+
+static void push_to_worker(struct policy *p, struct starpu_task *task, int worker, double predicted_us)
+{
+	task->predicted = predicted_us;
+	starpu_worker_lock(worker);
+	starpu_task_list_push_back(&p->queue[worker], task);
+	p->queued_us[worker] += isfinite(predicted_us) ? predicted_us : 0;
+	starpu_push_task_end(task);
+	starpu_wake_worker_locked(worker);
+	starpu_worker_unlock(worker);
+	if (starpu_get_prefetch_flag())
+		starpu_prefetch_task_input_for(task, (unsigned)worker);
+}
+
+/* Earliest predicted finish among the workers that can run `task` (optionally only of
+ * `only_type`); NAN lengths (uncalibrated) count as zero so calibration happens. */
+static int earliest_finish_worker(struct policy *p, struct starpu_task *task, unsigned sched_ctx, int only_type,
+				  double *predicted_us)
+{
+	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
+	struct starpu_sched_ctx_iterator it;
+	int best = -1;
+	double best_end = INFINITY;
+	workers->init_iterator(workers, &it);
+	while (workers->has_next(workers, &it)) {
+		int w = (int)workers->get_next(workers, &it);
+		unsigned impl;
+		if (only_type >= 0 && starpu_worker_get_type(w) != (enum starpu_worker_archtype)only_type)
+			continue;
+		if (!starpu_worker_can_execute_task_first_impl((unsigned)w, task, &impl))
+			continue;
+		double len = starpu_task_expected_length(task, starpu_worker_get_perf_archtype(w, sched_ctx), impl);
+		double xfer = starpu_task_expected_data_transfer_time_for(task, (unsigned)w);
+		double end = p->queued_us[w] + (isfinite(xfer) ? xfer : 0) + (isfinite(len) ? len : 0);
+		if (end < best_end) {
+			best_end = end;
+			best = w;
+			*predicted_us = len;
+		}
+	}
+	return best;
+}
+
+static int push_task(struct starpu_task *task)
+{
+	unsigned ctx = task->sched_ctx;
+	struct policy *p = policy_of(ctx);
+	double t0 = seconds_now();
+	int only_type = -1;
+	if (task->cl == &_dos_adam_codelet) {
+		lock_plan(p);
+		if (!task->sched_data && !p->step.planned && p->step.n > 0)
+			plan_step(p, ctx);
+		if (task->sched_data) {
+			enum dos_placement place = TAG_PLACEMENT(task->sched_data);
+			only_type = place == DOS_PLACE_CPU ? STARPU_CPU_WORKER : STARPU_CUDA_WORKER;
+			if (place == DOS_PLACE_CPU)
+				p->stats.cpu_updates++;
+			else
+				p->stats.gpu_updates++;
+		}
+		unlock_plan(p);
+	}
+	double predicted = NAN;
+	int worker = earliest_finish_worker(p, task, ctx, only_type, &predicted);
+	if (worker < 0) /* the planned kind cannot run it (e.g. task->where): any worker */
+		worker = earliest_finish_worker(p, task, ctx, -1, &predicted);
+	STARPU_ASSERT_MSG(worker >= 0, "no worker of the context can execute task %s", starpu_task_get_name(task));
+	push_to_worker(p, task, worker, predicted);
+	lock_plan(p);
+	p->stats.decisions++;
+	p->stats.decision_seconds += seconds_now() - t0;
+	unlock_plan(p);
+	return 0;
+}
+
+static struct starpu_task *pop_task(unsigned sched_ctx)
+{
+	struct policy *p = policy_of(sched_ctx);
+	int w = starpu_worker_get_id_check();
+	/* called with this worker's scheduling mutex held */
+	if (starpu_task_list_empty(&p->queue[w]))
+		return NULL;
+	struct starpu_task *task = starpu_task_list_pop_front(&p->queue[w]);
+	if (task && isfinite(task->predicted))
+		p->queued_us[w] = fmax(0.0, p->queued_us[w] - task->predicted);
+	return task;
+}
+
+static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
+{
+	(void)sched_ctx;
+	if (task->cl != &_dos_adam_codelet || !task->sched_data)
+		return;
+	enum dos_placement place = TAG_PLACEMENT(task->sched_data);
+	task->sched_data = NULL;
+	if (place == DOS_PLACE_GPU_TRANSIENT && starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER)
+		/* write the state back now, and let its GPU copy be the first evicted */
+		for (int b = 0; b < 3; b++)
+			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
+}
+
+static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
+{
+	struct policy *p = policy_of(sched_ctx);
+	for (unsigned i = 0; i < nworkers; i++)
+		p->queued_us[workerids[i]] = 0;
+}
+
+#define DOS_POLICY(var, name_, init_fn, description) \
+	struct starpu_sched_policy var = {           \
+		.init_sched = init_fn,               \
+		.deinit_sched = deinit_policy,       \
+		.push_task = push_task,              \
+		.pop_task = pop_task,                \
+		.submit_hook = submit_hook,          \
+		.post_exec_hook = post_exec_hook,    \
+		.add_workers = add_workers,          \
+		.policy_name = name_,                \
+		.policy_description = description,   \
+		.worker_type = STARPU_WORKER_LIST,   \
+	}
+
+DOS_POLICY(_dos_policy_dos, "dos", init_dos,
+	   "starpu-dos: optimizer updates split CPU/GPU by a cost-model plan per step");
+DOS_POLICY(_dos_policy_all_cpu, "all-cpu", init_all_cpu,
+	   "starpu-dos baseline: every optimizer update on the CPU (ZeRO-Offload)");
+DOS_POLICY(_dos_policy_stride, "stride", init_stride,
+	   "starpu-dos baseline: every k-th update on the GPU, state in and out (DOS prototype; DOS_STRIDE_K)");
+DOS_POLICY(_dos_policy_resident, "resident", init_resident,
+	   "starpu-dos baseline: a fixed share kept on the GPU (Twin-Flow; DOS_RESIDENT_RATIO)");
+
+static struct starpu_sched_policy *all_policies[] = {&_dos_policy_dos, &_dos_policy_all_cpu, &_dos_policy_stride,
+						     &_dos_policy_resident, NULL};
+
+struct starpu_sched_policy *dos_sched_policy(const char *name)
+{
+	for (int i = 0; name && all_policies[i]; i++)
+		if (strcmp(all_policies[i]->policy_name, name) == 0)
+			return all_policies[i];
+	return NULL;
+}
+
+/* StarPU's plugin entry points: STARPU_SCHED_LIB=libstarpu-dos.so STARPU_SCHED=dos. */
+struct starpu_sched_policy *starpu_get_sched_lib_policy(const char *name)
+{
+	return dos_sched_policy(name);
+}
+
+struct starpu_sched_policy **starpu_get_sched_lib_policies(void)
+{
+	return all_policies;
+}
+
+int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out)
+{
+	if (!out)
+		return -EINVAL;
+	/* StarPU keeps its own copy of the policy structure: recognise ours by its code */
+	struct starpu_sched_policy *pol = starpu_sched_ctx_get_sched_policy(sched_ctx);
+	if (!pol || pol->push_task != push_task)
+		return -EINVAL;
+	struct policy *p = policy_of(sched_ctx);
+	lock_plan(p);
+	*out = p->stats;
+	unlock_plan(p);
+	return 0;
+}

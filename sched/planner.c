@@ -1,0 +1,277 @@
+/* Step planning for the dos policy.
+ *
+ * The update phase has four resources that work in parallel: the CPU workers, the GPU,
+ * and the two directions of the PCIe link (full duplex). A subgroup updated on the CPU
+ * costs CPU time (slowed by DMA contention) plus, when gradients and 16-bit weights live
+ * on the GPU, a gradient copy down and a weight copy up. A subgroup updated on the GPU
+ * costs GPU time plus its 12 B/param of state up and back down, unless the state is
+ * already resident, or stays resident afterwards when GPU memory allows (then nothing
+ * crosses the link for it in later steps: the Twin-Flow gain, chosen by the model rather
+ * than by a fixed ratio).
+ *
+ * _dos_plan_step is list scheduling with look-ahead over the whole step: subgroups whose
+ * state is already on the GPU go first (they cost no transfer), then every other subgroup
+ * in submission order goes to the path that finishes it earliest given the queues
+ * already planned on each resource, where a transfer starts when its link is free (not
+ * "now", as dmda assumes) and a GPU-transient subgroup needs one of a few staging slots
+ * that memory allows. The CPU share that comes out is the f* = t_c / (t_c + t_x) split
+ * of the notes when memory is plentiful, shifts towards resident GPU work as memory
+ * allows, and falls back to the CPU when the GPU has no room. O(n * cpu workers). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+
+/* Staging buffers for state that passes through the GPU: two allow double buffering
+ * (one transferring while the other computes); a third covers the write-back. */
+#define MAX_TRANSIENT_SLOTS 3
+
+struct timeline {
+	int ncpu;
+	double *cpu_free;
+	double gpu_free, h2d_free, d2h_free;
+	double resident_bytes;
+	int nslots;
+	double slot_free[MAX_TRANSIENT_SLOTS];
+	double makespan;
+};
+
+/* What one subgroup on one path would do to the timeline. */
+struct outcome {
+	int feasible;
+	double finish;
+	int cpu;  /* the CPU worker used, or -1 */
+	int slot; /* the transient slot used, or -1 */
+	double cpu_free, gpu_free, h2d_free, d2h_free, slot_free, resident_bytes;
+};
+
+static double transfer_seconds(double bytes, double bytes_per_second, double latency)
+{
+	return bytes > 0 ? latency + bytes / bytes_per_second : 0.0;
+}
+
+static int earliest(const double *free_at, int n)
+{
+	int best = 0;
+	for (int i = 1; i < n; i++)
+		if (free_at[i] < free_at[best])
+			best = i;
+	return best;
+}
+
+static struct outcome simulate(const struct timeline *t, const struct dos_machine_costs *m, double params,
+			       int resident_now, enum dos_placement place)
+{
+	struct outcome o = {.feasible = 1,
+			    .cpu = -1,
+			    .slot = -1,
+			    .cpu_free = 0,
+			    .gpu_free = t->gpu_free,
+			    .h2d_free = t->h2d_free,
+			    .d2h_free = t->d2h_free,
+			    .resident_bytes = t->resident_bytes};
+	double state = params * DOS_STATE_BYTES_PER_PARAM;
+	if (place == DOS_PLACE_CPU) {
+		/* The CPU path's small copies (gradient down, 16-bit weights up) fill gaps on the
+		 * link rather than queueing behind the GPU path's state: they occupy the link
+		 * for their duration (its total load stays right) without delaying the CPU
+		 * beyond their own length. */
+		double down = transfer_seconds(dos_cpu_path_d2h_bytes(m, params), m->d2h_bytes_per_second,
+					       m->link_latency_seconds);
+		double up = transfer_seconds(dos_cpu_path_h2d_bytes(m, params), m->h2d_bytes_per_second,
+					     m->link_latency_seconds);
+		o.d2h_free = t->d2h_free + down;
+		o.h2d_free = t->h2d_free + up;
+		o.cpu = earliest(t->cpu_free, t->ncpu);
+		o.cpu_free = fmax(t->cpu_free[o.cpu], down) + params * m->cpu_seconds_per_param * m->host_contention;
+		o.finish = fmax(o.cpu_free + up, fmax(o.d2h_free, o.h2d_free));
+		return o;
+	}
+	int keep = place == DOS_PLACE_GPU_RESIDENT;
+	double ready = 0.0;
+	if (keep) {
+		if (!resident_now) {
+			o.resident_bytes += state;
+			o.feasible = o.resident_bytes <= m->gpu_budget_bytes;
+		}
+	} else {
+		o.feasible = t->nslots > 0;
+		if (t->nslots > 0) {
+			o.slot = earliest(t->slot_free, t->nslots);
+			ready = t->slot_free[o.slot];
+		}
+	}
+	double up = transfer_seconds(dos_gpu_path_h2d_bytes(m, params, resident_now), m->h2d_bytes_per_second,
+				     m->link_latency_seconds);
+	double in_end = up > 0 ? fmax(t->h2d_free, ready) + up : ready;
+	o.h2d_free = up > 0 ? in_end : t->h2d_free;
+	o.gpu_free = fmax(t->gpu_free, in_end) + params * m->gpu_seconds_per_param;
+	double down = transfer_seconds(dos_gpu_path_d2h_bytes(m, params, keep), m->d2h_bytes_per_second,
+				       m->link_latency_seconds);
+	o.d2h_free = down > 0 ? fmax(t->d2h_free, o.gpu_free) + down : t->d2h_free;
+	o.finish = down > 0 ? o.d2h_free : o.gpu_free;
+	o.slot_free = o.finish;
+	return o;
+}
+
+static void commit(struct timeline *t, const struct outcome *o)
+{
+	if (o->cpu >= 0)
+		t->cpu_free[o->cpu] = o->cpu_free;
+	else
+		t->gpu_free = o->gpu_free;
+	if (o->slot >= 0)
+		t->slot_free[o->slot] = o->slot_free;
+	t->h2d_free = o->h2d_free;
+	t->d2h_free = o->d2h_free;
+	t->resident_bytes = o->resident_bytes;
+	t->makespan = fmax(t->makespan, o->finish);
+}
+
+/* Staging slots for transient state: what memory allows beside the resident state,
+ * computed for the largest subgroup. */
+static int transient_slots(const struct dos_machine_costs *m, double resident_bytes, double max_params)
+{
+	double room = m->gpu_budget_bytes - resident_bytes;
+	double per = max_params * DOS_STATE_BYTES_PER_PARAM;
+	int slots = per > 0 ? (int)floor(room / per) : 0;
+	return slots < 0 ? 0 : slots > MAX_TRANSIENT_SLOTS ? MAX_TRANSIENT_SLOTS : slots;
+}
+
+static int timeline_init(struct timeline *t, const struct dos_machine_costs *m)
+{
+	memset(t, 0, sizeof *t);
+	t->ncpu = m->ncpu_workers > 0 ? m->ncpu_workers : 1;
+	t->cpu_free = calloc((size_t)t->ncpu, sizeof(double));
+	return t->cpu_free ? 0 : -1;
+}
+
+static double max_params(const struct dos_plan_subgroup *sg, int n)
+{
+	double x = 0;
+	for (int i = 0; i < n; i++)
+		x = fmax(x, sg[i].params);
+	return x;
+}
+
+double _dos_plan_predict(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
+			 const enum dos_placement *placement)
+{
+	struct timeline t;
+	if (timeline_init(&t, m))
+		return NAN;
+	/* the resident state this placement keeps decides the staging room */
+	double keep = 0;
+	for (int i = 0; i < n; i++)
+		if (placement[i] == DOS_PLACE_GPU_RESIDENT)
+			keep += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+	t.nslots = transient_slots(m, keep, max_params(sg, n));
+	if (t.nslots == 0)
+		t.nslots = 1; /* predict what was asked, even if it does not fit */
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < n; i++) {
+			int first = placement[i] == DOS_PLACE_GPU_RESIDENT && sg[i].resident_now;
+			if (first != (pass == 0))
+				continue;
+			struct outcome o = simulate(&t, m, sg[i].params, sg[i].resident_now, placement[i]);
+			commit(&t, &o);
+		}
+	free(t.cpu_free);
+	return t.makespan;
+}
+
+/* One plan in which resident state may occupy at most `resident_cap` bytes. */
+static double plan_with_resident_cap(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
+				     double resident_cap, enum dos_placement *out)
+{
+	struct timeline t;
+	if (timeline_init(&t, m))
+		return NAN;
+	double biggest = max_params(sg, n);
+	/* Pass 1: state already on the GPU stays there while the cap holds it. */
+	for (int i = 0; i < n; i++) {
+		out[i] = DOS_PLACE_CPU;
+		if (!sg[i].resident_now)
+			continue;
+		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+		if (t.resident_bytes + state <= resident_cap) {
+			t.resident_bytes += state;
+			out[i] = DOS_PLACE_GPU_RESIDENT;
+		}
+	}
+	t.nslots = transient_slots(m, t.resident_bytes, biggest);
+	for (int i = 0; i < n; i++)
+		if (out[i] == DOS_PLACE_GPU_RESIDENT) {
+			struct outcome o = simulate(&t, m, sg[i].params, 1, DOS_PLACE_GPU_RESIDENT);
+			commit(&t, &o);
+		}
+	/* Pass 2: everything else, earliest finish first; new residents only within the cap
+	 * and while enough room stays for the staging slots, so that residency never blocks
+	 * the link path. */
+	for (int i = 0; i < n; i++) {
+		if (out[i] == DOS_PLACE_GPU_RESIDENT)
+			continue;
+		struct outcome best = simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_CPU);
+		enum dos_placement choice = DOS_PLACE_CPU;
+		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+		int slots_after = transient_slots(m, t.resident_bytes + state, biggest);
+		if (t.resident_bytes + state <= resident_cap && slots_after >= (t.nslots < 2 ? t.nslots : 2)) {
+			struct outcome o = simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_GPU_RESIDENT);
+			if (o.feasible && o.finish < best.finish)
+				best = o, choice = DOS_PLACE_GPU_RESIDENT;
+		}
+		if (t.nslots > 0) {
+			struct outcome o = simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_GPU_TRANSIENT);
+			if (o.feasible && o.finish < best.finish)
+				best = o, choice = DOS_PLACE_GPU_TRANSIENT;
+		}
+		commit(&t, &best);
+		out[i] = choice;
+		if (choice == DOS_PLACE_GPU_RESIDENT)
+			t.nslots = transient_slots(m, t.resident_bytes, biggest);
+	}
+	free(t.cpu_free);
+	return t.makespan;
+}
+
+double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
+		      enum dos_placement *out)
+{
+	/* Keeping every resident subgroup can leave no room to stage others through the GPU;
+	 * giving up two subgroups of residency for two staging slots can be better. Plan both
+	 * ways and keep the faster. */
+	double slots = 2 * max_params(sg, n) * DOS_STATE_BYTES_PER_PARAM;
+	double all = plan_with_resident_cap(m, sg, n, m->gpu_budget_bytes, out);
+	if (m->gpu_budget_bytes <= slots || !isfinite(all))
+		return all;
+	enum dos_placement *alt = malloc((size_t)n * sizeof *alt);
+	if (!alt)
+		return all;
+	double staged = plan_with_resident_cap(m, sg, n, m->gpu_budget_bytes - slots, alt);
+	if (staged < all) {
+		memcpy(out, alt, (size_t)n * sizeof *alt);
+		all = staged;
+	}
+	free(alt);
+	return all;
+}
+
+void _dos_plan_all_cpu(int n, enum dos_placement *out)
+{
+	for (int i = 0; i < n; i++)
+		out[i] = DOS_PLACE_CPU;
+}
+
+void _dos_plan_stride(int n, int k, enum dos_placement *out)
+{
+	for (int i = 0; i < n; i++)
+		out[i] = (k > 0 && i % k == k - 1) ? DOS_PLACE_GPU_TRANSIENT : DOS_PLACE_CPU;
+}
+
+void _dos_plan_resident(int n, double ratio, enum dos_placement *out)
+{
+	int keep = (int)floor(ratio * n + 0.5);
+	for (int i = 0; i < n; i++)
+		out[i] = i < keep ? DOS_PLACE_GPU_RESIDENT : DOS_PLACE_CPU;
+}

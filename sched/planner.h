@@ -1,0 +1,38 @@
+/* Placement of one step's subgroup updates (see planner.c for the algorithm). Pure
+ * functions over the cost model: the policy calls them, tests call them with made-up
+ * costs. */
+#ifndef DOS_PLANNER_H
+#define DOS_PLANNER_H
+
+#include "cost_model.h"
+
+enum dos_placement {
+	DOS_PLACE_CPU = 0,
+	DOS_PLACE_GPU_RESIDENT = 1,  /* updated on the GPU, state kept there afterwards */
+	DOS_PLACE_GPU_TRANSIENT = 2, /* state brought in, updated, written back */
+};
+
+struct dos_plan_subgroup {
+	double params;
+	int resident_now; /* its state is valid on the GPU already */
+};
+
+/* Plans the `n` subgroups of a step (in submission order) for the dos policy; writes
+ * out[i] and returns the predicted update-phase time. */
+double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
+		      enum dos_placement *out);
+
+/* Predicted update-phase time of a given placement (same event model as _dos_plan_step),
+ * for the static baselines and for tests. */
+double _dos_plan_predict(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
+			 const enum dos_placement *placement);
+
+/* The static baselines of the published systems, on the same subgroups. */
+void _dos_plan_all_cpu(int n, enum dos_placement *out);
+void _dos_plan_stride(int n, int k, enum dos_placement *out);          /* DOS prototype */
+void _dos_plan_resident(int n, double ratio, enum dos_placement *out); /* Twin-Flow */
+
+/* Best achievable update-phase time for these subgroups (bound.c). */
+double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n);
+
+#endif /* DOS_PLANNER_H */

@@ -1,0 +1,97 @@
+/* Fills the cost model from what StarPU knows now: calibrated perfmodels for update
+ * times, the bus model for link bandwidth and latency, the memory manager for GPU
+ * capacity (STARPU_LIMIT_CUDA_MEM included). Until StarPU has samples (first steps, or
+ * never calibrated), conservative bandwidth-based defaults stand in; `calibrated` says
+ * which. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "codelets.h"
+#include "rates.h"
+
+/* Defaults before calibration: 28 B/param at a few GB/s per CPU core, at ~1 TB/s on a
+ * GPU, ~12 GB/s each way on PCIe: about right for any recent machine, and replaced by
+ * StarPU's measurements as soon as they exist. */
+#define DEFAULT_CPU_SECONDS_PER_PARAM (28.0 / 3e9)
+#define DEFAULT_GPU_SECONDS_PER_PARAM (28.0 / 1e12)
+#define DEFAULT_LINK_BYTES_PER_SECOND 12e9
+/* Headroom kept free on the GPU beyond the forecast, for StarPU's own allocations. */
+#define GPU_SAFETY_FRACTION 0.05
+
+int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype type)
+{
+	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
+	struct starpu_sched_ctx_iterator it;
+	workers->init_iterator(workers, &it);
+	while (workers->has_next(workers, &it)) {
+		int w = (int)workers->get_next(workers, &it);
+		if (starpu_worker_get_type(w) == type)
+			return w;
+	}
+	return -1;
+}
+
+int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type)
+{
+	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
+	struct starpu_sched_ctx_iterator it;
+	int n = 0;
+	workers->init_iterator(workers, &it);
+	while (workers->has_next(workers, &it))
+		n += starpu_worker_get_type((int)workers->get_next(workers, &it)) == type;
+	return n;
+}
+
+/* Seconds per parameter of `task` on `worker`, or NAN when the model has no samples. */
+static double seconds_per_param(struct starpu_task *task, int worker, unsigned sched_ctx, double params)
+{
+	if (worker < 0 || params <= 0)
+		return NAN;
+	double us = starpu_task_expected_length(task, starpu_worker_get_perf_archtype(worker, sched_ctx), 0);
+	return isfinite(us) && us > 0 ? us * 1e-6 / params : NAN;
+}
+
+static double link_rate(unsigned src, unsigned dst)
+{
+	double mb_per_s = starpu_transfer_bandwidth(src, dst); /* StarPU: bytes per microsecond */
+	return isfinite(mb_per_s) && mb_per_s > 0 ? mb_per_s * 1e6 : DEFAULT_LINK_BYTES_PER_SECOND;
+}
+
+int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const struct dos_data_homes *homes,
+		       double reserved_gpu_bytes, struct dos_machine_costs *out, int *calibrated)
+{
+	uint64_t step;
+	enum dos_dtype gt, wt;
+	size_t params;
+	if (_dos_adam_task_info(adam_task, &step, &gt, &wt, &params))
+		return -1;
+	int cpu = _dos_first_worker_of_type(sched_ctx, STARPU_CPU_WORKER);
+	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
+	double c = seconds_per_param(adam_task, cpu, sched_ctx, (double)params);
+	double g = seconds_per_param(adam_task, gpu, sched_ctx, (double)params);
+	*calibrated = isfinite(c) && (gpu < 0 || isfinite(g));
+	const char *contention = getenv("DOS_HOST_CONTENTION");
+	*out = (struct dos_machine_costs){
+		.ncpu_workers = _dos_count_workers_of_type(sched_ctx, STARPU_CPU_WORKER),
+		.cpu_seconds_per_param = isfinite(c) ? c : DEFAULT_CPU_SECONDS_PER_PARAM,
+		.gpu_seconds_per_param = gpu < 0       ? INFINITY
+					 : isfinite(g) ? g
+						       : DEFAULT_GPU_SECONDS_PER_PARAM,
+		.h2d_bytes_per_second = DEFAULT_LINK_BYTES_PER_SECOND,
+		.d2h_bytes_per_second = DEFAULT_LINK_BYTES_PER_SECOND,
+		.link_latency_seconds = 0,
+		.host_contention = contention && atof(contention) >= 1.0 ? atof(contention) : 1.0,
+		.gpu_budget_bytes = 0,
+		.homes = *homes,
+	};
+	if (gpu >= 0) {
+		unsigned node = starpu_worker_get_memory_node((unsigned)gpu);
+		out->h2d_bytes_per_second = link_rate(STARPU_MAIN_RAM, node);
+		out->d2h_bytes_per_second = link_rate(node, STARPU_MAIN_RAM);
+		double lat = starpu_transfer_latency(STARPU_MAIN_RAM, node);
+		out->link_latency_seconds = isfinite(lat) && lat > 0 ? lat * 1e-6 : 0;
+		double total = (double)starpu_memory_get_total(node);
+		out->gpu_budget_bytes = fmax(0.0, total * (1.0 - GPU_SAFETY_FRACTION) - reserved_gpu_bytes);
+	}
+	return 0;
+}

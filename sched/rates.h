@@ -1,0 +1,19 @@
+/* StarPU's measurements turned into the cost model (rates.c). */
+#ifndef DOS_RATES_H
+#define DOS_RATES_H
+
+#include <starpu.h>
+
+#include "cost_model.h"
+
+/* Fills *out for subgroups like `adam_task` (a dos_adam task) in `sched_ctx`, with
+ * `reserved_gpu_bytes` of GPU memory set aside for the application; *calibrated tells
+ * whether StarPU's models had samples for both sides. Returns 0, -1 if `adam_task` is
+ * not a dos_adam task. */
+int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const struct dos_data_homes *homes,
+		       double reserved_gpu_bytes, struct dos_machine_costs *out, int *calibrated);
+
+int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype type);
+int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type);
+
+#endif /* DOS_RATES_H */

@@ -1,0 +1,148 @@
+/* The step planner and the bound on made-up machines whose answers are known: the 20B
+ * example of dos-algorithm.md (one rank of the 4xH100 node: 50 subgroups of 1e8, all-CPU
+ * update 2.27 s, 25 GB/s each way, GPU Adam at 1e11 params/s, gradients and 16-bit
+ * weights on the GPU). There the best split without resident state puts ~44% of the
+ * subgroups on the GPU for ~1.28 s, and 20 GB / 40 GB of resident state bring the bound
+ * to ~0.85 s / ~0.43 s. The plan must come within 15% of the bound, beat the static
+ * baselines on the same model, and never plan more resident state than the budget.
+ * "Within" allows for what the bound ignores: whole subgroups (50 here, so one subgroup
+ * is 2% of the work) and pipeline fill (the first state transfer, the last write-back). */
+#include "planner.h"
+#include "test_util.h"
+
+#define N 50
+#define SUBGROUP 1e8
+
+static struct dos_machine_costs h100_rank(double budget_bytes)
+{
+	return (struct dos_machine_costs){
+		.ncpu_workers = 1, /* DeepSpeed-style: one subgroup at a time over all cores */
+		.cpu_seconds_per_param = 2.27 / 5e9,
+		.gpu_seconds_per_param = 1e-11,
+		.h2d_bytes_per_second = 25e9,
+		.d2h_bytes_per_second = 25e9,
+		.link_latency_seconds = 10e-6,
+		.host_contention = 1.0,
+		.gpu_budget_bytes = budget_bytes,
+		.homes = {.grad_bytes_per_param = 2,
+			  .weight_bytes_per_param = 2,
+			  .grads_on_gpu = 1,
+			  .weights_on_gpu = 1},
+	};
+}
+
+static void subgroups(struct dos_plan_subgroup *sg, int resident)
+{
+	for (int i = 0; i < N; i++)
+		sg[i] = (struct dos_plan_subgroup){.params = SUBGROUP, .resident_now = i < resident};
+}
+
+/* Resident state of a placement never exceeds the budget. */
+static void check_memory(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg,
+			 const enum dos_placement *place, const char *what)
+{
+	double resident = 0;
+	for (int i = 0; i < N; i++)
+		if (place[i] == DOS_PLACE_GPU_RESIDENT)
+			resident += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+	CHECK(resident <= m->gpu_budget_bytes, "%s: %g bytes resident over a %g budget", what, resident,
+	      m->gpu_budget_bytes);
+}
+
+static int gpu_count(const enum dos_placement *place)
+{
+	int g = 0;
+	for (int i = 0; i < N; i++)
+		g += place[i] != DOS_PLACE_CPU;
+	return g;
+}
+
+/* Plans a step; checks it against the bound, the baselines and the budget. */
+static double check_plan(const char *what, double budget, int resident_now, double expected_bound)
+{
+	struct dos_machine_costs m = h100_rank(budget);
+	struct dos_plan_subgroup sg[N];
+	enum dos_placement place[N], base[N];
+	subgroups(sg, resident_now);
+	double bound = _dos_bound_seconds(&m, sg, N);
+	double planned = _dos_plan_step(&m, sg, N, place);
+	CHECK(fabs(_dos_plan_predict(&m, sg, N, place) - planned) < 1e-9, "%s: plan and prediction disagree", what);
+	check_memory(&m, sg, place, what);
+	_dos_plan_all_cpu(N, base);
+	double all_cpu = _dos_plan_predict(&m, sg, N, base);
+	_dos_plan_stride(N, 2, base);
+	double stride2 = _dos_plan_predict(&m, sg, N, base);
+	printf("%-34s bound %.3f s  plan %.3f s (%.3fx bound, %d/%d on GPU)  all-cpu %.3f s  stride-2 %.3f s\n", what,
+	       bound, planned, planned / bound, gpu_count(place), N, all_cpu, stride2);
+	if (expected_bound > 0)
+		CHECK(fabs(bound / expected_bound - 1) < 0.03, "%s: bound %.4f s, the notes' model gives %.4f s", what,
+		      bound, expected_bound);
+	CHECK(planned >= bound * (1 - 1e-9), "%s: plan %.4f s beats the bound %.4f s", what, planned, bound);
+	CHECK(planned <= 1.15 * bound, "%s: plan %.4f s is over 1.15x the bound %.4f s", what, planned, bound);
+	CHECK(planned <= all_cpu && planned <= stride2, "%s: plan %.4f s slower than a baseline", what, planned);
+	return planned;
+}
+
+int main(void)
+{
+	/* The notes' worked example: 2 staging slots of state, no room for residency. */
+	double slots_only = 2.0 * SUBGROUP * DOS_STATE_BYTES_PER_PARAM;
+	check_plan("20B, no resident state", slots_only, 0, 1.276);
+	/* Steady state with 20 GB and 40 GB of resident state (plus the staging slots), as
+	 * in the notes: what fits is on the GPU from the previous step. */
+	check_plan("20B, 20 GB resident, steady state", 20e9 + slots_only,
+		   (int)(20e9 / (SUBGROUP * DOS_STATE_BYTES_PER_PARAM)), 0.85);
+	check_plan("20B, 40 GB resident, steady state", 40e9 + slots_only,
+		   (int)(40e9 / (SUBGROUP * DOS_STATE_BYTES_PER_PARAM)), 0.425);
+	/* 20 GB in all: residency and staging share it. */
+	check_plan("20B, 20 GB in all, steady state", 20e9, (int)(20e9 / (SUBGROUP * DOS_STATE_BYTES_PER_PARAM)), 0);
+	/* First step with memory to spare: the plan keeps what it moves in. */
+	{
+		struct dos_machine_costs m = h100_rank(40e9);
+		struct dos_plan_subgroup sg[N];
+		enum dos_placement place[N];
+		subgroups(sg, 0);
+		_dos_plan_step(&m, sg, N, place);
+		int kept = 0;
+		for (int i = 0; i < N; i++)
+			kept += place[i] == DOS_PLACE_GPU_RESIDENT;
+		CHECK(kept > 0, "first step with 40 GB free kept nothing resident");
+		check_memory(&m, sg, place, "first step, 40 GB");
+	}
+	/* No GPU memory at all, or no GPU: everything on the CPU. */
+	{
+		struct dos_machine_costs m = h100_rank(0);
+		struct dos_plan_subgroup sg[N];
+		enum dos_placement place[N];
+		subgroups(sg, 0);
+		_dos_plan_step(&m, sg, N, place);
+		CHECK(gpu_count(place) == 0, "a zero budget still placed %d updates on the GPU", gpu_count(place));
+		m = h100_rank(40e9);
+		m.gpu_seconds_per_param = INFINITY;
+		_dos_plan_step(&m, sg, N, place);
+		CHECK(gpu_count(place) == 0, "no GPU, yet %d updates placed there", gpu_count(place));
+	}
+	/* The stride and resident baselines place what they claim. */
+	{
+		enum dos_placement place[N];
+		_dos_plan_stride(N, 3, place);
+		CHECK(place[2] == DOS_PLACE_GPU_TRANSIENT && place[0] == DOS_PLACE_CPU && gpu_count(place) == 16,
+		      "stride 3");
+		_dos_plan_resident(N, 0.3, place);
+		CHECK(place[14] == DOS_PLACE_GPU_RESIDENT && place[15] == DOS_PLACE_CPU && gpu_count(place) == 15,
+		      "resident 0.3");
+	}
+	/* A machine where the GPU side is slow (PCIe Gen3, slow GPU): the plan must not get
+	 * worse than all-CPU. */
+	{
+		struct dos_machine_costs m = h100_rank(slots_only);
+		m.h2d_bytes_per_second = m.d2h_bytes_per_second = 2e9;
+		struct dos_plan_subgroup sg[N];
+		enum dos_placement place[N], base[N];
+		subgroups(sg, 0);
+		double planned = _dos_plan_step(&m, sg, N, place);
+		_dos_plan_all_cpu(N, base);
+		CHECK(planned <= _dos_plan_predict(&m, sg, N, base), "slow link: plan slower than all-CPU");
+	}
+	return 0;
+}
