@@ -176,6 +176,16 @@ struct dos_sched_stats {
 	int calibrated;                /* the last plan had measured update times */
 };
 
+/* The best achievable update-phase time, in seconds, of one optimizer step over
+ * `params` parameters cut into subgroups of `subgroup_params`, on the machine StarPU runs
+ * on now (its calibrated perfmodels, bus model and GPU memory, the workers of
+ * `sched_ctx`), with gradients of `grad_dtype` and 16-bit weights of `weight_dtype`
+ * (DOS_FP32: none) living on the GPU when `grads_on_gpu` / `weights_on_gpu`: the bound
+ * of sched/bound.c, to print measured times as a ratio to it. Call it between
+ * starpu_init and starpu_shutdown. Errors: -EINVAL for bad arguments. */
+int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
+			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds);
+
 /* Statistics of the starpu-dos policy running in `sched_ctx` (0 for the global one).
  * Errors: -EINVAL for a NULL `out` or a context not run by one of our policies. */
 int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);

@@ -3,10 +3,13 @@
  * capacity (STARPU_LIMIT_CUDA_MEM included). Until StarPU has samples (first steps, or
  * never calibrated), conservative bandwidth-based defaults stand in; `calibrated` says
  * which. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include "codelets.h"
+#include "errors.h"
+#include "planner.h"
 #include "rates.h"
 
 /* Defaults before calibration: 28 B/param at a few GB/s per CPU core, at ~1 TB/s on a
@@ -94,4 +97,61 @@ int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const 
 		out->gpu_budget_bytes = fmax(0.0, total * (1.0 - GPU_SAFETY_FRACTION) - reserved_gpu_bytes);
 	}
 	return 0;
+}
+
+int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
+			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds)
+{
+	if (!seconds)
+		return DOS_FAIL(-EINVAL, "seconds is NULL");
+	if (!(params >= 1 && params < 1e15))
+		return DOS_FAIL(-EINVAL, "params = %g must be in [1, 1e15)", params);
+	if (!(subgroup_params >= 1 && subgroup_params <= 4294967295.0 && subgroup_params <= params))
+		return DOS_FAIL(-EINVAL, "subgroup_params = %g must be in [1, min(params, 2^32 - 1)]", subgroup_params);
+	if (dos_dtype_size(grad_dtype) == 0 || dos_dtype_size(weight_dtype) == 0)
+		return DOS_FAIL(-EINVAL, "grad_dtype = %d / weight_dtype = %d: not enum dos_dtype values",
+				(int)grad_dtype, (int)weight_dtype);
+	/* a probe update task on handles with no memory behind them: only its sizes matter */
+	uint32_t n = (uint32_t)subgroup_params;
+	starpu_data_handle_t h[5];
+	static const size_t state_elem = sizeof(float);
+	for (int b = 0; b < 3; b++)
+		starpu_vector_data_register(&h[b], -1, 0, n, state_elem);
+	starpu_vector_data_register(&h[3], -1, 0, n, dos_dtype_size(grad_dtype));
+	starpu_vector_data_register(&h[4], -1, 0, n, 2);
+	struct dos_adam_hparams hp = {DOS_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.0};
+	struct dos_adam_step step;
+	struct starpu_task *probe = NULL;
+	int err = dos_adam_step_init(&step, &hp, 1, 1.0);
+	if (!err)
+		err = dos_adam_task_create(&step, h[0], h[1], h[2], h[3], grad_dtype,
+					   weight_dtype == DOS_FP32 ? NULL : h[4], weight_dtype, &probe);
+	if (!err) {
+		struct dos_data_homes homes = {
+			.grad_bytes_per_param = (double)dos_dtype_size(grad_dtype),
+			.weight_bytes_per_param = weight_dtype == DOS_FP32 ? 0.0 : 2.0,
+			.grads_on_gpu = grads_on_gpu != 0,
+			.weights_on_gpu = weight_dtype != DOS_FP32 && weights_on_gpu != 0,
+		};
+		struct dos_machine_costs m;
+		int calibrated;
+		_dos_measure_costs(probe, sched_ctx, &homes, 0.0, &m, &calibrated);
+		int count = (int)ceil(params / subgroup_params);
+		struct dos_plan_subgroup *sg = malloc((size_t)count * sizeof *sg);
+		if (!sg) {
+			err = DOS_FAIL(-ENOMEM, "out of memory for %d subgroups", count);
+		} else {
+			for (int i = 0; i < count; i++)
+				sg[i] = (struct dos_plan_subgroup){
+					.params = fmin(subgroup_params, params - (double)i * subgroup_params),
+					.resident_now = 0};
+			*seconds = _dos_bound_seconds(&m, sg, count);
+			free(sg);
+		}
+		probe->destroy = 0; /* never submitted */
+		starpu_task_destroy(probe);
+	}
+	for (int b = 0; b < 5; b++)
+		starpu_data_unregister_no_coherency(h[b]);
+	return err;
 }

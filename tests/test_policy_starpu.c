@@ -137,6 +137,13 @@ int main(void)
 		CHECK(st.decisions >= NSUB * NSTEPS + 10, "%s: %lu decisions", names[k], st.decisions);
 		if (starpu_cuda_worker_get_count() == 0)
 			CHECK(st.gpu_updates == 0, "%s: GPU updates without a GPU", names[k]);
+		double bound;
+		CHECK(dos_bound_update_seconds(0, 1e9, 1e8, DOS_FP16, DOS_BF16, 1, 1, &bound) == 0 && isfinite(bound) &&
+			      bound > 0,
+		      "%s: bound of a 1e9-param step: %g (%s)", names[k], bound, dos_last_error());
+		CHECK(dos_bound_update_seconds(0, 1e9, 2e9, DOS_FP16, DOS_BF16, 1, 1, &bound) == -EINVAL &&
+			      strstr(dos_last_error(), "subgroup_params = 2e+09"),
+		      "a subgroup larger than the model is refused");
 		printf("%-8s: %lu tasks placed, %.2f us each; plan predicted %.3g s (bound %.3g s)\n", names[k],
 		       st.decisions, 1e6 * st.decision_seconds / (double)st.decisions, st.last_predicted_seconds,
 		       st.last_bound_seconds);
