@@ -95,7 +95,7 @@ double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_pl
 	/* Either the whole budget holds resident state, or two staging slots of the biggest
 	 * subgroup stay free for state in transit (as the planner keeps them): the better. */
 	double only_resident = best_resident_split(m, total, m->gpu_budget_bytes, 0);
-	double slots = 2 * biggest * DOS_STATE_BYTES_PER_PARAM;
+	double slots = 2 * biggest * dos_staging_bytes_per_param(m);
 	if (m->gpu_budget_bytes < slots)
 		return only_resident;
 	return fmin(only_resident, best_resident_split(m, total, m->gpu_budget_bytes - slots, 1));

@@ -33,6 +33,14 @@ struct dos_machine_costs {
 	struct dos_data_homes homes;
 };
 
+/* GPU bytes per parameter of a subgroup while it is updated on the GPU: its state plus
+ * the GPU copies of a host-homed gradient and 16-bit weights (dropped afterwards). */
+static inline double dos_staging_bytes_per_param(const struct dos_machine_costs *m)
+{
+	return DOS_STATE_BYTES_PER_PARAM + (m->homes.grads_on_gpu ? 0.0 : m->homes.grad_bytes_per_param) +
+	       (m->homes.weights_on_gpu ? 0.0 : m->homes.weight_bytes_per_param);
+}
+
 /* Link bytes of one subgroup of `params` parameters by path and direction. */
 static inline double dos_gpu_path_h2d_bytes(const struct dos_machine_costs *m, double params, int state_resident)
 {

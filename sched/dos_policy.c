@@ -50,9 +50,16 @@ struct policy {
 	enum placement_rule rule;
 	int stride_k;
 	double resident_ratio;
-	starpu_pthread_mutex_t plan_lock; /* guards `step`, `stats`, `app_peak_bytes` */
+	starpu_pthread_mutex_t plan_lock; /* guards everything but the queues */
 	struct step_tasks step;
-	double app_peak_bytes; /* most GPU memory seen used beyond our resident state */
+	/* staged updates of the planned step in plan order: their state is prefetched a few
+	 * at a time (`staging_slots` ahead), each fetch started when an earlier one is done */
+	struct starpu_task **staged;
+	int nstaged, next_staged, staging_slots, staged_cap;
+	int gpu_node;
+	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
+	double app_inflight_bytes, app_peak_bytes;
+	double declared_reserve_bytes; /* DOS_GPU_RESERVE_MIB */
 	/* per-worker queues, each guarded by its worker's scheduling mutex */
 	struct starpu_task_list queue[STARPU_NMAXWORKERS];
 	double queued_us[STARPU_NMAXWORKERS];
@@ -111,6 +118,7 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 	p->rule = rule;
 	p->stride_k = (int)env_double("DOS_STRIDE_K", 2, 1, 1e6);
 	p->resident_ratio = env_double("DOS_RESIDENT_RATIO", 0.5, 0, 1);
+	p->declared_reserve_bytes = env_double("DOS_GPU_RESERVE_MIB", 0, 0, 1e9) * 1048576.0;
 	STARPU_PTHREAD_MUTEX_INIT(&p->plan_lock, NULL);
 	for (int w = 0; w < STARPU_NMAXWORKERS; w++)
 		starpu_task_list_init(&p->queue[w]);
@@ -147,12 +155,16 @@ static void deinit_policy(unsigned sched_ctx)
 	if (verbose && verbose[0] == '1')
 		fprintf(stderr,
 			"starpu-dos: %s: %lu tasks placed (%.2f us each), %lu steps planned, %lu updates on CPU, %lu "
-			"on GPU\n",
+			"on GPU; last plan: %u of %u subgroups on GPU, predicted %.4g s, bound %.4g s, GPU budget %.3g "
+			"GB%s\n",
 			rule_name(p->rule), p->stats.decisions,
 			p->stats.decisions ? 1e6 * p->stats.decision_seconds / (double)p->stats.decisions : 0.0,
-			p->stats.plans, p->stats.cpu_updates, p->stats.gpu_updates);
+			p->stats.plans, p->stats.cpu_updates, p->stats.gpu_updates, p->stats.last_gpu_subgroups,
+			p->stats.last_subgroups, p->stats.last_predicted_seconds, p->stats.last_bound_seconds,
+			p->stats.gpu_budget_bytes * 1e-9, p->stats.calibrated ? "" : " (uncalibrated)");
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->plan_lock);
 	free(p->step.tasks);
+	free(p->staged);
 	free(p);
 }
 
@@ -196,18 +208,6 @@ static int home_is_gpu(starpu_data_handle_t h)
 	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CUDA_RAM;
 }
 
-/* GPU memory our resident state occupies now, to tell it apart from the application's. */
-static double resident_state_bytes(const struct step_tasks *s, int gpu)
-{
-	double bytes = 0;
-	for (int i = 0; i < s->n; i++) {
-		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], 0);
-		if (on_gpu(master, gpu))
-			bytes += DOS_STATE_BYTES_PER_PARAM * (double)starpu_vector_get_nx(master);
-	}
-	return bytes;
-}
-
 static void prefetch_state(struct starpu_task *task, unsigned node, int prio)
 {
 	for (int b = 0; b < 3; b++)
@@ -220,6 +220,7 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 	double t0 = seconds_now();
 	struct step_tasks *s = &p->step;
 	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
+	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
 	struct starpu_task *first = s->tasks[0];
 	uint64_t step;
 	enum dos_dtype gt, wt;
@@ -231,15 +232,13 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 		.grads_on_gpu = home_is_gpu(STARPU_TASK_GET_HANDLE(first, 3)),
 		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(STARPU_TASK_GET_HANDLE(first, 4)),
 	};
-	/* forecast of the application's GPU memory: the most it used beyond our state so far */
-	if (gpu >= 0) {
-		unsigned node = starpu_worker_get_memory_node((unsigned)gpu);
-		double other = (double)starpu_memory_get_used(node) - resident_state_bytes(s, gpu);
-		p->app_peak_bytes = fmax(p->app_peak_bytes, other);
-	}
+	/* Forecast of the application's GPU memory during the update: the peak working set of
+	 * its own GPU tasks seen so far (not StarPU's used-memory counter, which also holds
+	 * the allocation cache of our staged state), plus what the user declares for data
+	 * that stays on the GPU between tasks (activations): DOS_GPU_RESERVE_MIB. */
 	struct dos_machine_costs m;
 	int calibrated;
-	_dos_measure_costs(first, sched_ctx, &homes, p->app_peak_bytes, &m, &calibrated);
+	_dos_measure_costs(first, sched_ctx, &homes, p->app_peak_bytes + p->declared_reserve_bytes, &m, &calibrated);
 
 	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
 	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
@@ -258,16 +257,36 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 	else
 		_dos_plan_step(&m, sg, s->n, place);
 
+	/* Prefetch now what the plan keeps resident (it fits by construction) and the first
+	 * staged subgroups, as many as staging slots; post_exec_hook starts the next staged
+	 * fetch as each staged update ends. Fetching every staged state at once would
+	 * overflow the budget and make StarPU evict state it still needs (what dmda does). */
 	int ngpu = 0;
+	p->nstaged = p->next_staged = 0;
+	if (p->staged_cap < s->n) {
+		free(p->staged);
+		p->staged = malloc((size_t)s->n * sizeof *p->staged);
+		STARPU_ASSERT_MSG(p->staged, "out of memory planning %d subgroups", s->n);
+		p->staged_cap = s->n;
+	}
+	double resident_bytes = 0;
 	for (int i = 0; i < s->n; i++) {
 		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i]);
-		if (place[i] != DOS_PLACE_CPU) {
-			ngpu++;
-			/* in plan order, highest priority first, so transfers start in that order */
+		if (place[i] == DOS_PLACE_CPU)
+			continue;
+		ngpu++;
+		if (place[i] == DOS_PLACE_GPU_TRANSIENT)
+			p->staged[p->nstaged++] = s->tasks[i];
+		else {
+			resident_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 			if (!sg[i].resident_now)
-				prefetch_state(s->tasks[i], starpu_worker_get_memory_node((unsigned)gpu), s->n - i);
+				prefetch_state(s->tasks[i], (unsigned)p->gpu_node, s->n - i);
 		}
 	}
+	double per = sg[0].params * dos_staging_bytes_per_param(&m);
+	p->staging_slots = per > 0 ? (int)fmin(3.0, floor((m.gpu_budget_bytes - resident_bytes) / per)) : 0;
+	for (; p->next_staged < p->nstaged && p->next_staged < p->staging_slots; p->next_staged++)
+		prefetch_state(p->staged[p->next_staged], (unsigned)p->gpu_node, s->n - p->next_staged);
 	p->stats.last_step = step;
 	p->stats.last_subgroups = (unsigned)s->n;
 	p->stats.last_gpu_subgroups = (unsigned)ngpu;
@@ -284,7 +303,7 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 
 /* ---- pushing to workers ---------------------------------------------------------------- */
 
-static void push_to_worker(struct policy *p, struct starpu_task *task, int worker, double predicted_us)
+static void push_to_worker(struct policy *p, struct starpu_task *task, int worker, double predicted_us, int prefetch)
 {
 	task->predicted = predicted_us;
 	starpu_worker_lock(worker);
@@ -293,7 +312,7 @@ static void push_to_worker(struct policy *p, struct starpu_task *task, int worke
 	starpu_push_task_end(task);
 	starpu_wake_worker_locked(worker);
 	starpu_worker_unlock(worker);
-	if (starpu_get_prefetch_flag())
+	if (prefetch && starpu_get_prefetch_flag())
 		starpu_prefetch_task_input_for(task, (unsigned)worker);
 }
 
@@ -326,6 +345,14 @@ static int earliest_finish_worker(struct policy *p, struct starpu_task *task, un
 	return best;
 }
 
+static double task_data_bytes(struct starpu_task *task)
+{
+	double bytes = 0;
+	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
+		bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, b));
+	return bytes;
+}
+
 static int push_task(struct starpu_task *task)
 {
 	unsigned ctx = task->sched_ctx;
@@ -351,7 +378,16 @@ static int push_task(struct starpu_task *task)
 	if (worker < 0) /* the planned kind cannot run it (e.g. task->where): any worker */
 		worker = earliest_finish_worker(p, task, ctx, -1, &predicted);
 	STARPU_ASSERT_MSG(worker >= 0, "no worker of the context can execute task %s", starpu_task_get_name(task));
-	push_to_worker(p, task, worker, predicted);
+	if (task->cl != &_dos_adam_codelet && starpu_worker_get_type(worker) == STARPU_CUDA_WORKER) {
+		double bytes = task_data_bytes(task);
+		task->sched_data = (void *)(uintptr_t)bytes; /* subtracted again after it ran */
+		lock_plan(p);
+		p->app_inflight_bytes += bytes;
+		p->app_peak_bytes = fmax(p->app_peak_bytes, p->app_inflight_bytes);
+		unlock_plan(p);
+	}
+	/* GPU-planned updates are prefetched by the plan, a few at a time (plan_step) */
+	push_to_worker(p, task, worker, predicted, only_type != STARPU_CUDA_WORKER);
 	lock_plan(p);
 	p->stats.decisions++;
 	p->stats.decision_seconds += seconds_now() - t0;
@@ -374,15 +410,37 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
 
 static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 {
-	(void)sched_ctx;
-	if (task->cl != &_dos_adam_codelet || !task->sched_data)
+	if (task->cl != &_dos_adam_codelet) {
+		if (task->sched_data) { /* an application task that ran on the GPU */
+			struct policy *p = policy_of(sched_ctx);
+			lock_plan(p);
+			p->app_inflight_bytes = fmax(0.0, p->app_inflight_bytes - (double)(uintptr_t)task->sched_data);
+			unlock_plan(p);
+			task->sched_data = NULL;
+		}
+		return;
+	}
+	if (!task->sched_data)
 		return;
 	enum dos_placement place = TAG_PLACEMENT(task->sched_data);
 	task->sched_data = NULL;
-	if (place == DOS_PLACE_GPU_TRANSIENT && starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER)
-		/* write the state back now, and let its GPU copy be the first evicted */
-		for (int b = 0; b < 3; b++)
-			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
+	if (place == DOS_PLACE_CPU || starpu_worker_get_type(starpu_worker_get_id()) != STARPU_CUDA_WORKER)
+		return;
+	/* The gradient and the 16-bit weights are done with on the GPU (each is written home
+	 * or dropped when its home is the host): their copies must not crowd out resident
+	 * state. Staged state is written back now, and its GPU copy is the first evicted. */
+	for (int b = place == DOS_PLACE_GPU_TRANSIENT ? 0 : 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
+		starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
+	if (place == DOS_PLACE_GPU_TRANSIENT) {
+		/* a staging slot frees up: start fetching the next staged state */
+		struct policy *p = policy_of(sched_ctx);
+		lock_plan(p);
+		if (p->next_staged < p->nstaged) {
+			prefetch_state(p->staged[p->next_staged], (unsigned)p->gpu_node, p->nstaged - p->next_staged);
+			p->next_staged++;
+		}
+		unlock_plan(p);
+	}
 }
 
 static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)

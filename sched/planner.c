@@ -134,7 +134,7 @@ static void commit(struct timeline *t, const struct outcome *o)
 static int transient_slots(const struct dos_machine_costs *m, double resident_bytes, double max_params)
 {
 	double room = m->gpu_budget_bytes - resident_bytes;
-	double per = max_params * DOS_STATE_BYTES_PER_PARAM;
+	double per = max_params * dos_staging_bytes_per_param(m);
 	int slots = per > 0 ? (int)floor(room / per) : 0;
 	return slots < 0 ? 0 : slots > MAX_TRANSIENT_SLOTS ? MAX_TRANSIENT_SLOTS : slots;
 }
@@ -241,7 +241,7 @@ double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_s
 	/* Keeping every resident subgroup can leave no room to stage others through the GPU;
 	 * giving up two subgroups of residency for two staging slots can be better. Plan both
 	 * ways and keep the faster. */
-	double slots = 2 * max_params(sg, n) * DOS_STATE_BYTES_PER_PARAM;
+	double slots = 2 * max_params(sg, n) * dos_staging_bytes_per_param(m);
 	double all = plan_with_resident_cap(m, sg, n, m->gpu_budget_bytes, out);
 	if (m->gpu_budget_bytes <= slots || !isfinite(all))
 		return all;

@@ -18,8 +18,9 @@
 #define DEFAULT_CPU_SECONDS_PER_PARAM (28.0 / 3e9)
 #define DEFAULT_GPU_SECONDS_PER_PARAM (28.0 / 1e12)
 #define DEFAULT_LINK_BYTES_PER_SECOND 12e9
-/* Headroom kept free on the GPU beyond the forecast, for StarPU's own allocations. */
-#define GPU_SAFETY_FRACTION 0.05
+/* Headroom kept free on the GPU beyond the forecast, for StarPU's own allocations and
+ * its cache of freed buffers. */
+#define GPU_SAFETY_FRACTION 0.08
 
 int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype type)
 {
