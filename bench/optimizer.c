@@ -490,6 +490,17 @@ static double flush_state(struct state *s)
 	return (starpu_timing_now() - start) * 1e-6;
 }
 
+/* How many state handles hold a valid copy in host memory: all of them, after a flush. */
+static int state_handles_home(struct state *s, int *total)
+{
+	int home = 0;
+	*total = 0;
+	for (int g = 0; g < s->count; g++)
+		for (int b = MASTER; b <= MOMENT2; b++, (*total)++)
+			home += starpu_data_is_on_node(s->groups[g].h[b], STARPU_MAIN_RAM) != 0;
+	return home;
+}
+
 /* Bytes moved host to device and device to host since the last call (which resets
  * StarPU's per-bus counters). StarPU counts every transfer its data management issues
  * (fetches, prefetches, write-backs, evictions), also when simulated. */
@@ -650,6 +661,7 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 		seconds[k] = run_step(o, &s, step++, &st);
 	bus_bytes_since_last(&h2d, &d2h);
 	r->flush_s = flush_state(&s);
+	int total, home = state_handles_home(&s, &total);
 
 	unsigned long ran = st.cpu_tasks + st.cuda_tasks + st.other_tasks;
 	r->status = ROW_RAN;
@@ -662,7 +674,10 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 	printf("# %s: warm-up %.1f ms, steps", policy, warm * 1e3);
 	for (int k = 0; k < o->steps; k++)
 		printf(" %.1f", seconds[k] * 1e3);
-	printf(" ms (in order), flush %.1f ms\n", r->flush_s * 1e3);
+	printf(" ms (in order), flush %.1f ms, state valid on the host after it: %d of %d handles\n", r->flush_s * 1e3,
+	       home, total);
+	if (home != total)
+		snprintf(r->note, sizeof r->note, "flush left %d of %d handles away", total - home, total);
 	if (st.other_tasks)
 		printf("# %s: %lu update tasks ran on workers that are neither CPU nor CUDA\n", policy, st.other_tasks);
 	fflush(stdout);

@@ -65,9 +65,10 @@ static double best_for_resident(const struct dos_machine_costs *m, double total,
 	return transient_allowed ? best_transient(l, total - pr) : max_at(l, 0);
 }
 
-/* min over resident params in [0, resident_room / 12 B] (ternary search: convex). */
+/* min over resident params in [0, resident_room / 12 B] (ternary search: convex); the
+ * minimising resident params in *pr. */
 static double best_resident_split(const struct dos_machine_costs *m, double total, double resident_room,
-				  int transient_allowed)
+				  int transient_allowed, double *pr)
 {
 	double lo = 0, hi = fmin(total, resident_room / DOS_STATE_BYTES_PER_PARAM);
 	for (int it = 0; it < 200 && hi - lo > 1e-9 * total; it++) {
@@ -78,11 +79,17 @@ static double best_resident_split(const struct dos_machine_costs *m, double tota
 		else
 			lo = a;
 	}
-	return best_for_resident(m, total, 0.5 * (lo + hi), transient_allowed);
+	*pr = 0.5 * (lo + hi);
+	return best_for_resident(m, total, *pr, transient_allowed);
 }
 
-double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n)
+double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
+			  double *resident_params)
 {
+	double unused;
+	if (!resident_params)
+		resident_params = &unused;
+	*resident_params = 0;
 	double total = 0, biggest = 0;
 	for (int i = 0; i < n; i++) {
 		total += sg[i].params;
@@ -94,9 +101,15 @@ double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_pl
 		return best_for_resident(m, total, 0.0, 0);
 	/* Either the whole budget holds resident state, or two staging slots of the biggest
 	 * subgroup stay free for state in transit (as the planner keeps them): the better. */
-	double only_resident = best_resident_split(m, total, m->gpu_budget_bytes, 0);
+	double only_resident = best_resident_split(m, total, m->gpu_budget_bytes, 0, resident_params);
 	double slots = 2 * biggest * dos_staging_bytes_per_param(m);
 	if (m->gpu_budget_bytes < slots)
 		return only_resident;
-	return fmin(only_resident, best_resident_split(m, total, m->gpu_budget_bytes - slots, 1));
+	double pr;
+	double with_staging = best_resident_split(m, total, m->gpu_budget_bytes - slots, 1, &pr);
+	if (with_staging < only_resident) {
+		*resident_params = pr;
+		return with_staging;
+	}
+	return only_resident;
 }

@@ -291,7 +291,7 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 	p->stats.last_subgroups = (unsigned)s->n;
 	p->stats.last_gpu_subgroups = (unsigned)ngpu;
 	p->stats.last_predicted_seconds = _dos_plan_predict(&m, sg, s->n, place);
-	p->stats.last_bound_seconds = _dos_bound_seconds(&m, sg, s->n);
+	p->stats.last_bound_seconds = _dos_bound_seconds(&m, sg, s->n, NULL);
 	p->stats.calibrated = calibrated;
 	p->stats.gpu_budget_bytes = m.gpu_budget_bytes;
 	s->planned = 1;

@@ -181,9 +181,12 @@ double _dos_plan_predict(const struct dos_machine_costs *m, const struct dos_pla
 	return t.makespan;
 }
 
-/* One plan in which resident state may occupy at most `resident_cap` bytes. */
+/* One plan in which resident state may occupy at most `resident_cap` bytes, and new
+ * resident state is taken on, whatever it costs in this step, until `resident_goal`
+ * params are resident: residency pays in every later step, which an earliest-finish rule
+ * looking at this step alone would never see. */
 static double plan_with_resident_cap(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
-				     double resident_cap, enum dos_placement *out)
+				     double resident_cap, double resident_goal, enum dos_placement *out)
 {
 	struct timeline t;
 	if (timeline_init(&t, m))
@@ -218,7 +221,9 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 		int slots_after = transient_slots(m, t.resident_bytes + state, biggest);
 		if (t.resident_bytes + state <= resident_cap && slots_after >= (t.nslots < 2 ? t.nslots : 2)) {
 			struct outcome o = simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_GPU_RESIDENT);
-			if (o.feasible && o.finish < best.finish)
+			int short_of_goal =
+				t.resident_bytes / DOS_STATE_BYTES_PER_PARAM + sg[i].params <= resident_goal;
+			if (o.feasible && (short_of_goal || o.finish < best.finish))
 				best = o, choice = DOS_PLACE_GPU_RESIDENT;
 		}
 		if (t.nslots > 0) {
@@ -241,14 +246,16 @@ double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_s
 	/* Keeping every resident subgroup can leave no room to stage others through the GPU;
 	 * giving up two subgroups of residency for two staging slots can be better. Plan both
 	 * ways and keep the faster. */
+	double goal;
+	_dos_bound_seconds(m, sg, n, &goal); /* the steady state's resident share */
 	double slots = 2 * max_params(sg, n) * dos_staging_bytes_per_param(m);
-	double all = plan_with_resident_cap(m, sg, n, m->gpu_budget_bytes, out);
+	double all = plan_with_resident_cap(m, sg, n, m->gpu_budget_bytes, goal, out);
 	if (m->gpu_budget_bytes <= slots || !isfinite(all))
 		return all;
 	enum dos_placement *alt = malloc((size_t)n * sizeof *alt);
 	if (!alt)
 		return all;
-	double staged = plan_with_resident_cap(m, sg, n, m->gpu_budget_bytes - slots, alt);
+	double staged = plan_with_resident_cap(m, sg, n, m->gpu_budget_bytes - slots, goal, alt);
 	if (staged < all) {
 		memcpy(out, alt, (size_t)n * sizeof *alt);
 		all = staged;

@@ -146,7 +146,7 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
 				sg[i] = (struct dos_plan_subgroup){
 					.params = fmin(subgroup_params, params - (double)i * subgroup_params),
 					.resident_now = 0};
-			*seconds = _dos_bound_seconds(&m, sg, count);
+			*seconds = _dos_bound_seconds(&m, sg, count, NULL);
 			free(sg);
 		}
 		probe->destroy = 0; /* never submitted */

@@ -64,7 +64,7 @@ static double check_plan(const char *what, double budget, int resident_now, doub
 	struct dos_plan_subgroup sg[N];
 	enum dos_placement place[N], base[N];
 	subgroups(sg, resident_now);
-	double bound = _dos_bound_seconds(&m, sg, N);
+	double bound = _dos_bound_seconds(&m, sg, N, NULL);
 	double planned = _dos_plan_step(&m, sg, N, place);
 	CHECK(fabs(_dos_plan_predict(&m, sg, N, place) - planned) < 1e-9, "%s: plan and prediction disagree", what);
 	check_memory(&m, sg, place, what);

@@ -3,7 +3,8 @@
 # when configure is missing or older than its inputs, and configure when the folder has
 # no Makefile or was configured against another StarPU. Used by the top-level GNUmakefile.
 #
-# Usage: tools/bootstrap.sh BUILD_DIR [configure arguments...]
+# Usage: tools/bootstrap.sh BUILD_DIR [--simgrid] [configure arguments...]
+#        --simgrid: build against the SimGrid variant of StarPU (simulated machines)
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:?usage: tools/bootstrap.sh BUILD_DIR [configure arguments...]}
@@ -12,6 +13,12 @@ shift
 prefix=$("$top"/tools/deps.sh --print-prefix native)
 simgrid_prefix=$("$top"/tools/deps.sh --print-prefix simgrid)
 starpu_source=$("$top"/tools/deps.sh --print-source)
+extra="--with-starpu-simgrid=$simgrid_prefix --with-starpu-source=$starpu_source"
+if [[ ${1:-} == --simgrid ]]; then
+	shift
+	prefix=$simgrid_prefix
+	extra=--disable-cuda
+fi
 
 cd "$top"
 if [[ ! -x configure || configure.ac -nt configure || Makefile.am -nt Makefile.in ]]; then
@@ -21,7 +28,7 @@ fi
 
 mkdir -p "$build"
 cd "$build"
-wanted="--with-starpu=$prefix --with-starpu-simgrid=$simgrid_prefix --with-starpu-source=$starpu_source $*"
+wanted="--with-starpu=$prefix $extra $*"
 if [[ ! -f Makefile || ! -f .configured-with || $(cat .configured-with) != "$wanted" ]]; then
 	echo "bootstrap: configure $wanted in $build" >&2
 	# shellcheck disable=SC2086 # the arguments are words on purpose

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Properties of the policies on the simulated machines (StarPU's SimGrid build; times are
+# simulated, so the run is deterministic): on every machine `dos` is no slower than the
+# better of dmda and stride (k = 2); with a GPU memory limit no policy's peak exceeds it;
+# after the final flush every subgroup's state is valid on the host. Writes a
+# test-suite-style summary (# PASS / # FAIL lines) to the file named by $2.
+#
+# Usage: tests/sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE
+set -uo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bench=${1:?usage: sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE}/dos-bench
+summary=${2:?usage: sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE}
+home=$(mktemp -d)
+trap 'rm -rf "$home"' EXIT
+pass=0 fail=0
+
+check() { # check DESCRIPTION CONDITION-EXIT-STATUS
+	if [[ $2 == 0 ]]; then
+		echo "PASS: $1"
+		pass=$((pass + 1))
+	else
+		echo "FAIL: $1"
+		fail=$((fail + 1))
+	fi
+}
+
+# case MACHINE GPU_MEM_MIB: 2e9 params in 1e8 subgroups under dos, stride and dmda
+run_case() {
+	local machine=$1 mem=$2 out=$home/$1-$2.txt
+	(
+		eval "$("$top"/tools/sim-env.sh "$machine" "$home/$machine-$mem")"
+		"$bench" optimizer --params 2e9 --subgroup 1e8 --steps 2 --gpu-mem-mib "$mem" \
+			--policies dos,stride,dmda >"$out" 2>&1
+	)
+	local rc=$?
+	check "$machine (gpu-mem-mib $mem): dos-bench ran" $rc
+	[[ $rc == 0 ]] || { tail -n 20 "$out"; return; }
+	grep -E '^(dos|stride|dmda) ' "$out"
+	local dos stride dmda
+	dos=$(awk '$1 == "dos" {print $2}' "$out")
+	stride=$(awk '$1 == "stride" {print $2}' "$out")
+	dmda=$(awk '$1 == "dmda" {print $2}' "$out")
+	awk -v d="$dos" -v s="$stride" -v m="$dmda" 'BEGIN {b = s < m ? s : m; exit !(d <= b * 1.001)}'
+	check "$machine (gpu-mem-mib $mem): dos ${dos} ms <= min(stride ${stride}, dmda ${dmda}) ms" $?
+	if [[ $mem != 0 ]]; then
+		awk -v lim="$mem" '$1 ~ /^(dos|stride|dmda)$/ && $10 != "-" && $10 > lim {bad = 1} END {exit bad}' "$out"
+		check "$machine (gpu-mem-mib $mem): peak GPU memory within the limit" $?
+	fi
+	local home_lines
+	home_lines=$(grep -c 'state valid on the host after it: \([0-9]*\) of \1 handles' "$out")
+	[[ $home_lines == 3 ]]
+	check "$machine (gpu-mem-mib $mem): all state valid on the host after the flush (3 policies)" $?
+}
+
+python3 "$top"/tools/gen-machine.py --check >/dev/null
+check "sched/machines matches tools/gen-machine.py" $?
+run_case h100-pcie5 8192
+run_case a100-pcie4 0
+run_case h200 0
+printf '# PASS: %d\n# FAIL: %d\n' "$pass" "$fail" >"$summary"
+echo "sim-policies: $pass passed, $fail failed"
+[[ $fail == 0 ]]
