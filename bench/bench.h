@@ -2,6 +2,12 @@
 #ifndef DOS_BENCH_H
 #define DOS_BENCH_H
 
+#include <stdarg.h>
+
+/* Prints "WHO: message" and then `usage` for a bad command line (status 2), or
+ * "WHO: error: message" for a failure (any other status), on stderr. */
+void bench_vreport(const char *who, int status, const char *usage, const char *fmt, va_list ap);
+
 /* dos-bench calibrate [--max-size N] [--reps R]; returns the exit status. */
 int bench_calibrate(int argc, char **argv);
 /* dos-bench optimizer [--params P] [--subgroup S] [--grad D] [--weight D] [--steps K]

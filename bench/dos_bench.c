@@ -56,12 +56,8 @@ static void exit_with_message(int status, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fputs(status == 2 ? "dos-bench: " : "dos-bench: error: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	bench_vreport("dos-bench", status, usage, fmt, ap);
 	va_end(ap);
-	if (status == 2)
-		fputs(usage, stderr);
 	exit(status);
 }
 

@@ -60,11 +60,8 @@ static int bad_usage(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fputs("dos-bench optimizer: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	bench_vreport("dos-bench optimizer", 2, usage, fmt, ap);
 	va_end(ap);
-	fputs(usage, stderr);
 	return 2;
 }
 
@@ -74,9 +71,7 @@ static void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fputs("dos-bench optimizer: error: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	bench_vreport("dos-bench optimizer", 1, NULL, fmt, ap);
 	va_end(ap);
 	exit(1);
 }

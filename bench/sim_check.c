@@ -14,6 +14,7 @@
 
 #include <starpu.h>
 
+#include "bench.h"
 #include "dos.h"
 
 static const char usage[] =
@@ -43,11 +44,8 @@ static void usage_error(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fputs("sim-check: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	bench_vreport("sim-check", 2, usage, fmt, ap);
 	va_end(ap);
-	fputs(usage, stderr);
 	quit(2);
 }
 
@@ -56,9 +54,7 @@ static void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fputs("sim-check: error: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	bench_vreport("sim-check", 1, NULL, fmt, ap);
 	va_end(ap);
 	quit(1);
 }
