@@ -186,6 +186,14 @@ struct dos_sched_stats {
 int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
 			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds);
 
+/* Records, for this host (StarPU's perfmodel directory and host name), how much slower
+ * CPU Adam runs while DMA streams through host memory (`factor` = time with DMA / time
+ * without, >= 1); the dos policy plans with it from then on (DOS_HOST_CONTENTION
+ * overrides it). `dos-bench contention` measures and records it. Written atomically.
+ * Errors: -EINVAL for a factor outside [1, 100), or a negative errno from the file
+ * system. */
+int dos_host_contention_record(double factor);
+
 /* Statistics of the starpu-dos policy running in `sched_ctx` (0 for the global one).
  * Errors: -EINVAL for a NULL `out` or a context not run by one of our policies. */
 int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);

@@ -74,7 +74,6 @@ int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const 
 	double c = seconds_per_param(adam_task, cpu, sched_ctx, (double)params);
 	double g = seconds_per_param(adam_task, gpu, sched_ctx, (double)params);
 	*calibrated = isfinite(c) && (gpu < 0 || isfinite(g));
-	const char *contention = getenv("DOS_HOST_CONTENTION");
 	*out = (struct dos_machine_costs){
 		.ncpu_workers = _dos_count_workers_of_type(sched_ctx, STARPU_CPU_WORKER),
 		.cpu_seconds_per_param = isfinite(c) ? c : DEFAULT_CPU_SECONDS_PER_PARAM,
@@ -84,7 +83,7 @@ int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const 
 		.h2d_bytes_per_second = DEFAULT_LINK_BYTES_PER_SECOND,
 		.d2h_bytes_per_second = DEFAULT_LINK_BYTES_PER_SECOND,
 		.link_latency_seconds = 0,
-		.host_contention = contention && atof(contention) >= 1.0 ? atof(contention) : 1.0,
+		.host_contention = _dos_host_contention(),
 		.gpu_budget_bytes = 0,
 		.homes = *homes,
 	};

@@ -13,6 +13,10 @@
 int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const struct dos_data_homes *homes,
 		       double reserved_gpu_bytes, struct dos_machine_costs *out, int *calibrated);
 
+/* The contention factor for this host: DOS_HOST_CONTENTION, else what
+ * dos_host_contention_record() stored for it, else 1 (contention.c). */
+double _dos_host_contention(void);
+
 int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype type);
 int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type);
 

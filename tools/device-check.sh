@@ -70,6 +70,7 @@ done
 step calibrate_bus "$bundle/bin/starpu_calibrate_bus"
 step bench_adam "$bundle/bin/dos-bench" adam
 step calibrate_codelets env STARPU_CALIBRATE=1 "$bundle/bin/dos-bench" calibrate
+step host_contention "$bundle/bin/dos-bench" contention
 
 echo
 echo "== device check: $(head -n 1 "$out/machine.txt"), results in $out"
