@@ -38,6 +38,19 @@
 
 enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
 
+/* GPU updates of the planned step, in plan order, whose inputs (buffers first..last) are
+ * fetched `ahead` tasks ahead of the GPU: each update that ends starts the next fetch, so
+ * transfers run ahead of the GPU without taking more memory than the plan allows. */
+struct fetch_window {
+	struct starpu_task **tasks;
+	int n, next, ended, cap, ahead;
+	int first_buffer, last_buffer;
+};
+
+/* Gradients of resident subgroups are small (2 B/param against 12 of state): a couple
+ * fetched ahead keep the GPU busy, within the safety margin of the budget. */
+#define RESIDENT_GRADIENTS_AHEAD 2
+
 /* The update tasks of the step being collected or executed. */
 struct step_tasks {
 	uint64_t step;
@@ -52,10 +65,8 @@ struct policy {
 	double resident_ratio;
 	starpu_pthread_mutex_t plan_lock; /* guards everything but the queues */
 	struct step_tasks step;
-	/* staged updates of the planned step in plan order: their state is prefetched a few
-	 * at a time (`staging_slots` ahead), each fetch started when an earlier one is done */
-	struct starpu_task **staged;
-	int nstaged, next_staged, staging_slots, staged_cap;
+	struct fetch_window staged;   /* state and gradient, `staging slots` ahead */
+	struct fetch_window resident; /* gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
 	int gpu_node;
 	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
 	double app_inflight_bytes, app_peak_bytes;
@@ -164,7 +175,8 @@ static void deinit_policy(unsigned sched_ctx)
 			p->stats.gpu_budget_bytes * 1e-9, p->stats.calibrated ? "" : " (uncalibrated)");
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->plan_lock);
 	free(p->step.tasks);
-	free(p->staged);
+	free(p->staged.tasks);
+	free(p->resident.tasks);
 	free(p);
 }
 
@@ -208,10 +220,39 @@ static int home_is_gpu(starpu_data_handle_t h)
 	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CUDA_RAM;
 }
 
-static void prefetch_state(struct starpu_task *task, unsigned node, int prio)
+static void prefetch_buffers(struct starpu_task *task, int first, int last, unsigned node, int prio)
 {
-	for (int b = 0; b < 3; b++)
+	for (int b = first; b <= last && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
 		starpu_data_prefetch_on_node_prio(STARPU_TASK_GET_HANDLE(task, b), node, 1, prio);
+}
+
+static void window_reset(struct fetch_window *w, int capacity, int first, int last)
+{
+	if (w->cap < capacity) {
+		free(w->tasks);
+		w->tasks = malloc((size_t)capacity * sizeof *w->tasks);
+		STARPU_ASSERT_MSG(w->tasks, "out of memory planning %d subgroups", capacity);
+		w->cap = capacity;
+	}
+	w->n = w->next = w->ended = 0;
+	w->first_buffer = first;
+	w->last_buffer = last;
+}
+
+/* Starts fetches until `ahead` are in flight or done beyond the updates that ended. */
+static void window_advance(struct fetch_window *w, int gpu_node, int ended)
+{
+	while (w->next < w->n && w->next < ended + w->ahead) {
+		prefetch_buffers(w->tasks[w->next], w->first_buffer, w->last_buffer, (unsigned)gpu_node,
+				 w->n - w->next);
+		w->next++;
+	}
+}
+
+/* The window of `task` when it is one of its GPU updates, or NULL. */
+static struct fetch_window *window_of(struct policy *p, enum dos_placement place)
+{
+	return place == DOS_PLACE_GPU_TRANSIENT ? &p->staged : place == DOS_PLACE_GPU_RESIDENT ? &p->resident : NULL;
 }
 
 /* Plans p->step (plan lock held). */
@@ -257,36 +298,32 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 	else
 		_dos_plan_step(&m, sg, s->n, place);
 
-	/* Prefetch now what the plan keeps resident (it fits by construction) and the first
-	 * staged subgroups, as many as staging slots; post_exec_hook starts the next staged
-	 * fetch as each staged update ends. Fetching every staged state at once would
-	 * overflow the budget and make StarPU evict state it still needs (what dmda does). */
+	/* Prefetch now the state the plan newly keeps resident (it fits by construction);
+	 * the staged subgroups' state and gradient, and the resident ones' gradients, go
+	 * through fetch windows: fetching every staged state at once would overflow the
+	 * budget and make StarPU evict state it still needs (what dmda does). */
 	int ngpu = 0;
-	p->nstaged = p->next_staged = 0;
-	if (p->staged_cap < s->n) {
-		free(p->staged);
-		p->staged = malloc((size_t)s->n * sizeof *p->staged);
-		STARPU_ASSERT_MSG(p->staged, "out of memory planning %d subgroups", s->n);
-		p->staged_cap = s->n;
-	}
+	window_reset(&p->staged, s->n, 0, 3);
+	window_reset(&p->resident, s->n, 3, 3);
 	double resident_bytes = 0;
 	for (int i = 0; i < s->n; i++) {
 		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i]);
-		if (place[i] == DOS_PLACE_CPU)
+		struct fetch_window *w = window_of(p, place[i]);
+		if (!w)
 			continue;
 		ngpu++;
-		if (place[i] == DOS_PLACE_GPU_TRANSIENT)
-			p->staged[p->nstaged++] = s->tasks[i];
-		else {
+		w->tasks[w->n++] = s->tasks[i];
+		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
 			resident_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 			if (!sg[i].resident_now)
-				prefetch_state(s->tasks[i], (unsigned)p->gpu_node, s->n - i);
+				prefetch_buffers(s->tasks[i], 0, 2, (unsigned)p->gpu_node, s->n - i);
 		}
 	}
 	double per = sg[0].params * dos_staging_bytes_per_param(&m);
-	p->staging_slots = per > 0 ? (int)fmin(3.0, floor((m.gpu_budget_bytes - resident_bytes) / per)) : 0;
-	for (; p->next_staged < p->nstaged && p->next_staged < p->staging_slots; p->next_staged++)
-		prefetch_state(p->staged[p->next_staged], (unsigned)p->gpu_node, s->n - p->next_staged);
+	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor((m.gpu_budget_bytes - resident_bytes) / per)) : 0;
+	p->resident.ahead = RESIDENT_GRADIENTS_AHEAD;
+	window_advance(&p->staged, p->gpu_node, 0);
+	window_advance(&p->resident, p->gpu_node, 0);
 	p->stats.last_step = step;
 	p->stats.last_subgroups = (unsigned)s->n;
 	p->stats.last_gpu_subgroups = (unsigned)ngpu;
@@ -431,16 +468,13 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	 * state. Staged state is written back now, and its GPU copy is the first evicted. */
 	for (int b = place == DOS_PLACE_GPU_TRANSIENT ? 0 : 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
 		starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
-	if (place == DOS_PLACE_GPU_TRANSIENT) {
-		/* a staging slot frees up: start fetching the next staged state */
-		struct policy *p = policy_of(sched_ctx);
-		lock_plan(p);
-		if (p->next_staged < p->nstaged) {
-			prefetch_state(p->staged[p->next_staged], (unsigned)p->gpu_node, p->nstaged - p->next_staged);
-			p->next_staged++;
-		}
-		unlock_plan(p);
-	}
+	/* one more update of its window ended: start the next fetch */
+	struct policy *p = policy_of(sched_ctx);
+	lock_plan(p);
+	struct fetch_window *w = window_of(p, place);
+	w->ended++;
+	window_advance(w, p->gpu_node, w->ended);
+	unlock_plan(p);
 }
 
 static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)

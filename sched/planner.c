@@ -240,28 +240,54 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 	return t.makespan;
 }
 
+/* The time of `place` once its resident state is already on the GPU: what every step
+ * after this one costs, the quantity worth minimising. */
+static double steady_state_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
+				   const enum dos_placement *place, struct dos_plan_subgroup *scratch)
+{
+	for (int i = 0; i < n; i++) {
+		scratch[i] = sg[i];
+		scratch[i].resident_now = place[i] == DOS_PLACE_GPU_RESIDENT;
+	}
+	return _dos_plan_predict(m, scratch, n, place);
+}
+
 double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
 		      enum dos_placement *out)
 {
-	/* Keeping every resident subgroup can leave no room to stage others through the GPU;
-	 * giving up two subgroups of residency for two staging slots can be better. Plan both
-	 * ways and keep the faster. */
-	double goal;
-	_dos_bound_seconds(m, sg, n, &goal); /* the steady state's resident share */
-	double slots = 2 * max_params(sg, n) * dos_staging_bytes_per_param(m);
-	double all = plan_with_resident_cap(m, sg, n, m->gpu_budget_bytes, goal, out);
-	if (m->gpu_budget_bytes <= slots || !isfinite(all))
-		return all;
-	enum dos_placement *alt = malloc((size_t)n * sizeof *alt);
-	if (!alt)
-		return all;
-	double staged = plan_with_resident_cap(m, sg, n, m->gpu_budget_bytes - slots, goal, alt);
-	if (staged < all) {
-		memcpy(out, alt, (size_t)n * sizeof *alt);
-		all = staged;
+	/* Candidates: the resident share of the bound's optimum rounded down or up to whole
+	 * subgroups, each with the whole budget open to residency or with two staging slots
+	 * kept free (keeping every resident subgroup can leave no room to stage others). The
+	 * candidate with the best steady state wins; this step's time is what it returns. */
+	double goal, biggest = max_params(sg, n);
+	_dos_bound_seconds(m, sg, n, &goal);
+	double slots = 2 * biggest * dos_staging_bytes_per_param(m);
+	double goals[2] = {goal, goal + biggest};
+	double caps[2] = {m->gpu_budget_bytes, m->gpu_budget_bytes - slots};
+	enum dos_placement *cand = malloc((size_t)n * sizeof *cand);
+	struct dos_plan_subgroup *scratch = malloc((size_t)n * sizeof *scratch);
+	double best_now = plan_with_resident_cap(m, sg, n, caps[0], goals[0], out);
+	if (!cand || !scratch || !isfinite(best_now)) {
+		free(cand);
+		free(scratch);
+		return best_now;
 	}
-	free(alt);
-	return all;
+	double best_steady = steady_state_seconds(m, sg, n, out, scratch);
+	for (int g = 0; g < 2; g++)
+		for (int c = 0; c < 2; c++) {
+			if ((g == 0 && c == 0) || caps[c] <= 0)
+				continue;
+			double now = plan_with_resident_cap(m, sg, n, caps[c], goals[g], cand);
+			double steady = steady_state_seconds(m, sg, n, cand, scratch);
+			if (steady < best_steady || (steady == best_steady && now < best_now)) {
+				memcpy(out, cand, (size_t)n * sizeof *cand);
+				best_now = now;
+				best_steady = steady;
+			}
+		}
+	free(cand);
+	free(scratch);
+	return best_now;
 }
 
 void _dos_plan_all_cpu(int n, enum dos_placement *out)
