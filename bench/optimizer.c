@@ -675,6 +675,13 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 		snprintf(r->note, sizeof r->note, "flush left %d of %d handles away", total - home, total);
 	if (st.other_tasks)
 		printf("# %s: %lu update tasks ran on workers that are neither CPU nor CUDA\n", policy, st.other_tasks);
+	struct dos_sched_stats stats;
+	if (dos_sched_get_stats(0, &stats) == 0) /* one of our policies: its decision cost */
+		printf("# %s: decision cost %.2f us per task placed (%lu tasks), planning %.3f ms per step (%lu "
+		       "subgroups)\n",
+		       policy, 1e6 * stats.decision_seconds / (double)(stats.decisions ? stats.decisions : 1),
+		       stats.decisions, 1e3 * stats.plan_seconds / (double)(stats.plans ? stats.plans : 1),
+		       (unsigned long)stats.last_subgroups);
 	fflush(stdout);
 	unregister_state(&s);
 	starpu_shutdown();

@@ -182,7 +182,9 @@ struct dos_sched_stats {
  * `sched_ctx`), with gradients of `grad_dtype` and 16-bit weights of `weight_dtype`
  * (DOS_FP32: none) living on the GPU when `grads_on_gpu` / `weights_on_gpu`: the bound
  * of sched/bound.c, to print measured times as a ratio to it. Call it between
- * starpu_init and starpu_shutdown. Errors: -EINVAL for bad arguments. */
+ * starpu_init and starpu_shutdown. Errors: -EINVAL for bad arguments, -ENODATA when StarPU's
+ * dos_adam perfmodel has no measurements yet for that subgroup size on some worker kind
+ * (calibrate first: dos-bench calibrate, or STARPU_CALIBRATE=1). */
 int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
 			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds);
 

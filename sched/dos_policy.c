@@ -71,6 +71,11 @@ struct policy {
 	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
 	double app_inflight_bytes, app_peak_bytes;
 	double declared_reserve_bytes; /* DOS_GPU_RESERVE_MIB */
+	/* CPU-planned updates: one pool any CPU worker of the context takes from, as
+	 * DeepSpeed's CPU Adam takes the next subgroup (cheaper than predicting which of
+	 * several cores sharing memory bandwidth finishes first) */
+	starpu_pthread_mutex_t pool_lock;
+	struct starpu_task_list cpu_pool;
 	/* per-worker queues, each guarded by its worker's scheduling mutex */
 	struct starpu_task_list queue[STARPU_NMAXWORKERS];
 	double queued_us[STARPU_NMAXWORKERS];
@@ -131,6 +136,8 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 	p->resident_ratio = env_double("DOS_RESIDENT_RATIO", 0.5, 0, 1);
 	p->declared_reserve_bytes = env_double("DOS_GPU_RESERVE_MIB", 0, 0, 1e9) * 1048576.0;
 	STARPU_PTHREAD_MUTEX_INIT(&p->plan_lock, NULL);
+	STARPU_PTHREAD_MUTEX_INIT(&p->pool_lock, NULL);
+	starpu_task_list_init(&p->cpu_pool);
 	for (int w = 0; w < STARPU_NMAXWORKERS; w++)
 		starpu_task_list_init(&p->queue[w]);
 	starpu_sched_ctx_set_policy_data(sched_ctx, p);
@@ -174,6 +181,7 @@ static void deinit_policy(unsigned sched_ctx)
 			p->stats.last_subgroups, p->stats.last_predicted_seconds, p->stats.last_bound_seconds,
 			p->stats.gpu_budget_bytes * 1e-9, p->stats.calibrated ? "" : " (uncalibrated)");
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->plan_lock);
+	STARPU_PTHREAD_MUTEX_DESTROY(&p->pool_lock);
 	free(p->step.tasks);
 	free(p->staged.tasks);
 	free(p->resident.tasks);
@@ -382,6 +390,45 @@ static int earliest_finish_worker(struct policy *p, struct starpu_task *task, un
 	return best;
 }
 
+static void record_decision(struct policy *p, double started)
+{
+	lock_plan(p);
+	p->stats.decisions++;
+	p->stats.decision_seconds += seconds_now() - started;
+	unlock_plan(p);
+}
+
+/* Queues `task` in the CPU pool and wakes the CPU workers; -1 when no CPU worker of the
+ * context can run it (task->where, implementations), so that the caller places it. */
+static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned sched_ctx)
+{
+	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
+	struct starpu_sched_ctx_iterator it;
+	int able = 0;
+	workers->init_iterator(workers, &it);
+	while (workers->has_next(workers, &it)) {
+		int w = (int)workers->get_next(workers, &it);
+		unsigned impl;
+		able |= starpu_worker_get_type(w) == STARPU_CPU_WORKER &&
+			starpu_worker_can_execute_task_first_impl((unsigned)w, task, &impl);
+	}
+	if (!able)
+		return -1;
+	starpu_worker_relax_on();
+	STARPU_PTHREAD_MUTEX_LOCK(&p->pool_lock);
+	starpu_worker_relax_off();
+	starpu_task_list_push_back(&p->cpu_pool, task);
+	starpu_push_task_end(task);
+	STARPU_PTHREAD_MUTEX_UNLOCK(&p->pool_lock);
+	workers->init_iterator(workers, &it);
+	while (workers->has_next(workers, &it)) {
+		int w = (int)workers->get_next(workers, &it);
+		if (starpu_worker_get_type(w) == STARPU_CPU_WORKER)
+			starpu_wake_worker_relax_light(w);
+	}
+	return 0;
+}
+
 static double task_data_bytes(struct starpu_task *task)
 {
 	double bytes = 0;
@@ -410,6 +457,10 @@ static int push_task(struct starpu_task *task)
 		}
 		unlock_plan(p);
 	}
+	if (only_type == STARPU_CPU_WORKER && push_to_cpu_pool(p, task, ctx) == 0) {
+		record_decision(p, t0);
+		return 0;
+	}
 	double predicted = NAN;
 	int worker = earliest_finish_worker(p, task, ctx, only_type, &predicted);
 	if (worker < 0) /* the planned kind cannot run it (e.g. task->where): any worker */
@@ -425,10 +476,7 @@ static int push_task(struct starpu_task *task)
 	}
 	/* GPU-planned updates are prefetched by the plan, a few at a time (plan_step) */
 	push_to_worker(p, task, worker, predicted, only_type != STARPU_CUDA_WORKER);
-	lock_plan(p);
-	p->stats.decisions++;
-	p->stats.decision_seconds += seconds_now() - t0;
-	unlock_plan(p);
+	record_decision(p, t0);
 	return 0;
 }
 
@@ -437,11 +485,29 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
 	struct policy *p = policy_of(sched_ctx);
 	int w = starpu_worker_get_id_check();
 	/* called with this worker's scheduling mutex held */
-	if (starpu_task_list_empty(&p->queue[w]))
+	if (!starpu_task_list_empty(&p->queue[w])) {
+		struct starpu_task *task = starpu_task_list_pop_front(&p->queue[w]);
+		if (isfinite(task->predicted))
+			p->queued_us[w] = fmax(0.0, p->queued_us[w] - task->predicted);
+		return task;
+	}
+	if (starpu_worker_get_type(w) != STARPU_CPU_WORKER || starpu_task_list_empty(&p->cpu_pool))
 		return NULL;
-	struct starpu_task *task = starpu_task_list_pop_front(&p->queue[w]);
-	if (task && isfinite(task->predicted))
-		p->queued_us[w] = fmax(0.0, p->queued_us[w] - task->predicted);
+	/* the first pooled update this worker can run (task->where may exclude some) */
+	struct starpu_task *task = NULL;
+	starpu_worker_relax_on();
+	STARPU_PTHREAD_MUTEX_LOCK(&p->pool_lock);
+	starpu_worker_relax_off();
+	for (struct starpu_task *t = starpu_task_list_begin(&p->cpu_pool); t != starpu_task_list_end(&p->cpu_pool);
+	     t = starpu_task_list_next(t)) {
+		unsigned impl;
+		if (starpu_worker_can_execute_task_first_impl((unsigned)w, t, &impl)) {
+			starpu_task_list_erase(&p->cpu_pool, t);
+			task = t;
+			break;
+		}
+	}
+	STARPU_PTHREAD_MUTEX_UNLOCK(&p->pool_lock);
 	return task;
 }
 

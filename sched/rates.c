@@ -136,18 +136,23 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
 		struct dos_machine_costs m;
 		int calibrated;
 		_dos_measure_costs(probe, sched_ctx, &homes, 0.0, &m, &calibrated);
+		if (!calibrated)
+			err = DOS_FAIL(-ENODATA,
+				       "StarPU's dos_adam perfmodel has no measurements for subgroups of %g params on "
+				       "this machine yet: a bound from default rates would mean nothing",
+				       subgroup_params);
 		int count = (int)ceil(params / subgroup_params);
-		struct dos_plan_subgroup *sg = malloc((size_t)count * sizeof *sg);
-		if (!sg) {
+		struct dos_plan_subgroup *sg = err ? NULL : malloc((size_t)count * sizeof *sg);
+		if (!err && !sg)
 			err = DOS_FAIL(-ENOMEM, "out of memory for %d subgroups", count);
-		} else {
+		if (!err) {
 			for (int i = 0; i < count; i++)
 				sg[i] = (struct dos_plan_subgroup){
 					.params = fmin(subgroup_params, params - (double)i * subgroup_params),
 					.resident_now = 0};
 			*seconds = _dos_bound_seconds(&m, sg, count, NULL);
-			free(sg);
 		}
+		free(sg);
 		probe->destroy = 0; /* never submitted */
 		starpu_task_destroy(probe);
 	}
