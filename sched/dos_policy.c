@@ -9,13 +9,16 @@
  * ready; the first time one of them becomes ready, the whole step is planned at once
  * (planner.c) from the cost model (rates.c: perfmodels as measured in the previous
  * steps, bus model, GPU memory left after the forecast of what the application's own
- * tasks used). Then:
- *  - GPU-placed state is prefetched to the GPU at plan time, so its transfer overlaps
- *    whatever still runs before the update (the end of backward);
+ * tasks used, host contention). Then:
+ *  - CPU-placed updates wait in one pool that any CPU worker takes from;
+ *  - state newly kept resident is prefetched at plan time, so its transfer overlaps
+ *    whatever still runs before the update (the end of backward); staged state and the
+ *    gradients of GPU updates are fetched a few ahead of the GPU (fetch windows);
  *  - GPU-transient state is written back (starpu_data_wont_use) as soon as its update
  *    ends, so the link works during the rest of the phase and memory is freed;
  *  - GPU-resident state stays on the GPU across steps, and is found there by the next
  *    plan: no transfer at all, while memory allows.
+ * docs/policy.md explains the algorithm.
  * The policy names select the placement rule: "dos" (the plan above), "all-cpu"
  * (ZeRO-Offload), "stride" (the DOS prototype: every k-th subgroup, k = DOS_STRIDE_K,
  * default 2, state in and out every step), "resident" (Twin-Flow: the first
