@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one-call GPU check, for the lent machine (see README "GPU checks"): runs the CUDA
 # parity tests, every other test on that machine's CPU, StarPU's bus calibration, the
-# Adam benchmark (CPU and GPU) and the codelet calibration, writes every log and model
-# under one output folder, and prints a short table last. Runs without a GPU too (the
+# Adam benchmark (CPU and GPU), the codelet calibration, the host-contention measurement
+# and the policy comparison, writes every log and model under one output folder, and
+# prints a short table last. Runs without a GPU too (the
 # CUDA steps then report SKIP), which is how it is tested here. Later issues add steps.
 #
 # Usage: tools/device-check.sh [BUNDLE_DIR] [OUT_DIR]   (defaults: device-bundle, $OUT)
@@ -71,9 +72,14 @@ step calibrate_bus "$bundle/bin/starpu_calibrate_bus"
 step bench_adam "$bundle/bin/dos-bench" adam
 step calibrate_codelets env STARPU_CALIBRATE=1 "$bundle/bin/dos-bench" calibrate
 step host_contention "$bundle/bin/dos-bench" contention
+# the policies on the real GPU, with the models and contention just measured
+# (2e9 params: 32 GB of host state; DEVICE_CHECK_POLICY_PARAMS for smaller hosts)
+step policies env DOS_SCHED_VERBOSE=1 "$bundle/bin/dos-bench" optimizer --params "${DEVICE_CHECK_POLICY_PARAMS:-2e9}" \
+	--subgroup 1e8 --steps 3 --policies dos,all-cpu,stride,resident,dmda,lws
 
 echo
 echo "== device check: $(head -n 1 "$out/machine.txt"), results in $out"
 sed -n '/^# Summary/,$p' "$out/bench_adam.log" 2>/dev/null
+grep -E '^(policy|dos|all-cpu|stride|resident|dmda|lws) |^# bound' "$out/policies.log" 2>/dev/null
 cat "$summary"
 ! grep -qE 'FAIL|TIMEOUT' "$summary"
