@@ -639,9 +639,6 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 		print_model_state(o, &s);
 		*models_shown = 1;
 	}
-	if (isnan(*bound))
-		*bound = bound_seconds(o);
-
 	struct step_stats st = {0};
 	for (unsigned node = 0; node < starpu_memory_nodes_get_count(); node++)
 		if (starpu_node_get_kind(node) == STARPU_CUDA_RAM)
@@ -655,6 +652,9 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 	for (int k = 0; k < o->steps; k++)
 		seconds[k] = run_step(o, &s, step++, &st);
 	bus_bytes_since_last(&h2d, &d2h);
+	/* after the steps: their runs are samples of StarPU's models too */
+	if (isnan(*bound))
+		*bound = bound_seconds(o);
 	r->flush_s = flush_state(&s);
 	int total, home = state_handles_home(&s, &total);
 
