@@ -11,8 +11,9 @@ void bench_vreport(const char *who, int status, const char *usage, const char *f
 /* dos-bench calibrate [--max-size N] [--reps R]; returns the exit status. */
 int bench_calibrate(int argc, char **argv);
 
-/* dos-bench contention: CPU Adam with and without DMA, recorded for the dos policy. */
-int bench_contention(int argc, char **argv);
+/* dos-bench host: the host's aggregate CPU Adam rate and DMA contention, recorded for
+ * the dos policy. */
+int bench_host(int argc, char **argv);
 /* dos-bench optimizer [--params P] [--subgroup S] [--grad D] [--weight D] [--steps K]
  * [--policies LIST] [--gpu-mem-mib M]; returns the exit status. */
 int bench_optimizer(int argc, char **argv);

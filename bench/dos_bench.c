@@ -45,7 +45,7 @@
 static const char usage[] =
 	"usage: dos-bench adam [--sizes 1e5,1e6,1e7,1e8] [--reps N] [--isa auto|scalar|avx2|avx512] [--quick]\n"
 	"       dos-bench calibrate [--max-size N] [--reps R]\n"
-	"       dos-bench contention\n"
+	"       dos-bench host\n"
 	"       dos-bench optimizer [--params P] [--subgroup S] [--grad fp16|bf16|fp32] [--weight fp16|bf16|none]\n"
 	"                           [--steps K] [--policies p1,p2,...] [--gpu-mem-mib M]\n";
 
@@ -714,8 +714,8 @@ int main(int argc, char **argv)
 {
 	if (argc >= 2 && !strcmp(argv[1], "calibrate"))
 		return bench_calibrate(argc, argv);
-	if (argc >= 2 && !strcmp(argv[1], "contention"))
-		return bench_contention(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "host"))
+		return bench_host(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "optimizer"))
 		return bench_optimizer(argc, argv);
 	struct options o;

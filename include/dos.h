@@ -188,13 +188,18 @@ struct dos_sched_stats {
 int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
 			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds);
 
-/* Records, for this host (StarPU's perfmodel directory and host name), how much slower
- * CPU Adam runs while DMA streams through host memory (`factor` = time with DMA / time
- * without, >= 1); the dos policy plans with it from then on (DOS_HOST_CONTENTION
- * overrides it). `dos-bench contention` measures and records it. Written atomically.
- * Errors: -EINVAL for a factor outside [1, 100), or a negative errno from the file
- * system. */
+/* Host measurements the dos policy plans with, recorded for this host (beside StarPU's
+ * bus model, same host name) and written atomically; `dos-bench host` measures and
+ * records both. Call them between starpu_init and starpu_shutdown. Errors: -EINVAL for a
+ * value out of range, -ENOENT when StarPU names no bus model file, or a negative errno
+ * from the file system.
+ * dos_host_contention_record: how much slower CPU Adam runs while DMA streams through
+ * host memory (`factor` = time with DMA / time without, in [1, 100); DOS_HOST_CONTENTION
+ * overrides it).
+ * dos_host_cpu_rate_record: the Adam rate of all CPU cores together (params/s, >= 1),
+ * which caps what the cost model expects of its CPU workers running at once. */
 int dos_host_contention_record(double factor);
+int dos_host_cpu_rate_record(double params_per_second);
 
 /* Statistics of the starpu-dos policy running in `sched_ctx` (0 for the global one).
  * Errors: -EINVAL for a NULL `out` or a context not run by one of our policies. */

@@ -74,8 +74,14 @@ int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const 
 	double c = seconds_per_param(adam_task, cpu, sched_ctx, (double)params);
 	double g = seconds_per_param(adam_task, gpu, sched_ctx, (double)params);
 	*calibrated = isfinite(c) && (gpu < 0 || isfinite(g));
+	/* n workers share the host's memory bandwidth: none of them goes faster than its
+	 * share of the aggregate rate measured with every core busy */
+	int ncpu = _dos_count_workers_of_type(sched_ctx, STARPU_CPU_WORKER);
+	double aggregate = _dos_host_cpu_rate();
+	if (isfinite(c) && aggregate > 0 && ncpu > 0)
+		c = fmax(c, (double)ncpu / aggregate);
 	*out = (struct dos_machine_costs){
-		.ncpu_workers = _dos_count_workers_of_type(sched_ctx, STARPU_CPU_WORKER),
+		.ncpu_workers = ncpu,
 		.cpu_seconds_per_param = isfinite(c) ? c : DEFAULT_CPU_SECONDS_PER_PARAM,
 		.gpu_seconds_per_param = gpu < 0       ? INFINITY
 					 : isfinite(g) ? g

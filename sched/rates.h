@@ -14,8 +14,10 @@ int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const 
 		       double reserved_gpu_bytes, struct dos_machine_costs *out, int *calibrated);
 
 /* The contention factor for this host: DOS_HOST_CONTENTION, else what
- * dos_host_contention_record() stored for it, else 1 (contention.c). */
+ * dos_host_contention_record() stored for it, else 1 (host_measurements.c). */
 double _dos_host_contention(void);
+/* The aggregate CPU Adam rate (params/s) recorded for this host, or 0 if none. */
+double _dos_host_cpu_rate(void);
 
 int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype type);
 int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one-call GPU check, for the lent machine (see README "GPU checks"): runs the CUDA
 # parity tests, every other test on that machine's CPU, StarPU's bus calibration, the
-# Adam benchmark (CPU and GPU), the codelet calibration, the host-contention measurement
+# Adam benchmark (CPU and GPU), the codelet calibration, the host measurements (CPU rate, DMA contention)
 # and the policy comparison, writes every log and model under one output folder, and
 # prints a short table last. Runs without a GPU too (the
 # CUDA steps then report SKIP), which is how it is tested here. Later issues add steps.
@@ -71,8 +71,8 @@ done
 step calibrate_bus "$bundle/bin/starpu_calibrate_bus"
 step bench_adam "$bundle/bin/dos-bench" adam
 step calibrate_codelets env STARPU_CALIBRATE=1 "$bundle/bin/dos-bench" calibrate
-step host_contention "$bundle/bin/dos-bench" contention
-# the policies on the real GPU, with the models and contention just measured
+step host_measurements "$bundle/bin/dos-bench" host
+# the policies on the real GPU, with the models and host measurements just taken
 # (2e9 params: 32 GB of host state; DEVICE_CHECK_POLICY_PARAMS for smaller hosts)
 step policies env DOS_SCHED_VERBOSE=1 "$bundle/bin/dos-bench" optimizer --params "${DEVICE_CHECK_POLICY_PARAMS:-2e9}" \
 	--subgroup 1e8 --steps 3 --policies dos,all-cpu,stride,resident,dmda,lws

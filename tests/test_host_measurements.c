@@ -1,6 +1,7 @@
-/* The host-contention factor goes where StarPU keeps this host's perfmodels and comes
- * back to the cost model: recorded atomically, read back, overridden by
- * DOS_HOST_CONTENTION, refused when out of range (the stored value unchanged). */
+/* The host measurements (contention factor, aggregate CPU rate) go where StarPU keeps
+ * this host's bus model and come back to the cost model: recorded atomically, read back,
+ * the factor overridden by DOS_HOST_CONTENTION, values out of range refused with the
+ * stored value unchanged. */
 #include <errno.h>
 
 #include "dos.h"
@@ -9,7 +10,7 @@
 
 int main(void)
 {
-	setenv("STARPU_HOSTNAME", "dos-contention-test", 1);
+	setenv("STARPU_HOSTNAME", "dos-host-measurements-test", 1);
 	unsetenv("DOS_HOST_CONTENTION");
 	int ret = starpu_init(NULL);
 	if (ret == -ENODEV)
@@ -27,7 +28,13 @@ int main(void)
 	setenv("DOS_HOST_CONTENTION", "fast", 1);
 	CHECK(fabs(_dos_host_contention() - 1.37) < 1e-9, "a bad DOS_HOST_CONTENTION must be ignored");
 	unsetenv("DOS_HOST_CONTENTION");
+
+	CHECK(dos_host_cpu_rate_record(3.5e9) == 0, "%s", dos_last_error());
+	CHECK(_dos_host_cpu_rate() == 3.5e9, "recorded 3.5e9 params/s, read %g", _dos_host_cpu_rate());
+	CHECK(dos_host_cpu_rate_record(-1) == -EINVAL && strstr(dos_last_error(), "params_per_second = -1"),
+	      "a negative rate must be refused");
+	CHECK(_dos_host_cpu_rate() == 3.5e9, "a refused record changed the rate");
 	starpu_shutdown();
-	printf("host contention: recorded, read back, overridden, bad values refused\n");
+	printf("host measurements: recorded, read back, overridden, bad values refused\n");
 	return 0;
 }
