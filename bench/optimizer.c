@@ -34,7 +34,8 @@
 
 static const char usage[] =
 	"usage: dos-bench optimizer [--params P] [--subgroup S] [--grad fp16|bf16|fp32]\n"
-	"           [--weight fp16|bf16|none] [--steps K] [--policies p1,p2,...] [--gpu-mem-mib M]\n";
+	"           [--weight fp16|bf16|none] [--steps K] [--policies p1,p2,...] [--gpu-mem-mib M]\n"
+	"           [--homes host|gpu]\n";
 
 /* The baselines every row is compared with, in the order of the table's columns. */
 static const char *const baseline_names[] = {"dmda", "all-cpu", "stride"};
@@ -52,6 +53,9 @@ struct options {
 	int npolicies;
 	char policies[MAX_POLICIES][MAX_POLICY_NAME];
 	long gpu_mem_mib; /* -1: leave STARPU_LIMIT_CUDA_MEM as the environment has it */
+	/* where gradients and 16-bit weights live: 1 = on the GPU, as in training (backward
+	 * writes gradients there, forward reads the weights there); 0 = host memory */
+	int homes_on_gpu;
 };
 
 /* Prints the message and the usage; returns the exit status of a bad command line. */
@@ -124,8 +128,8 @@ static int parse_policies(const char *text, struct options *o)
 
 static int parse_options(int argc, char **argv, struct options *o)
 {
-	static const char *const known[] = {"--params", "--subgroup", "--grad",       "--weight",
-					    "--steps",  "--policies", "--gpu-mem-mib"};
+	static const char *const known[] = {"--params", "--subgroup", "--grad",        "--weight",
+					    "--steps",  "--policies", "--gpu-mem-mib", "--homes"};
 	const char *policies = "dos,all-cpu,stride,resident,dmda,dmdas,eager,lws";
 	double steps = 3, mib = -1;
 	int err = 0, grad_present;
@@ -161,11 +165,20 @@ static int parse_options(int argc, char **argv, struct options *o)
 			err = parse_count(name, value, 1, MAX_STEPS, &steps);
 		else if (!strcmp(name, "--policies"))
 			policies = value;
-		else
+		else if (!strcmp(name, "--homes")) {
+			o->homes_on_gpu = !strcmp(value, "gpu");
+			if (!o->homes_on_gpu && strcmp(value, "host"))
+				err = bad_usage("--homes %s: expected host or gpu", value);
+		} else
 			err = parse_count(name, value, 0, 1 << 30, &mib);
 	}
 	if (!err)
 		err = parse_policies(policies, o);
+	double gpu_homed_mib = o->params * (double)(dos_dtype_size(o->grad) + (o->has_weight ? 2 : 0)) / 1048576.0;
+	if (!err && o->homes_on_gpu && mib > 0 && gpu_homed_mib > mib)
+		err = bad_usage("--homes gpu keeps %.0f MiB of gradients and 16-bit weights on the GPU, more than "
+				"--gpu-mem-mib %.0f",
+				gpu_homed_mib, mib);
 	if (!err && ceil(o->params / o->subgroup) > MAX_SUBGROUPS)
 		err = bad_usage("--params %.0f with --subgroup %.0f: %.0f subgroups, more than %d", o->params,
 				o->subgroup, ceil(o->params / o->subgroup), MAX_SUBGROUPS);
@@ -289,6 +302,7 @@ struct state {
 	struct subgroup *groups;
 	int count;
 	size_t elem[NBUFFERS]; /* 0 for an absent buffer */
+	int gpu_home;          /* memory node of GPU-homed gradients and weights, or -1 */
 };
 
 #ifdef STARPU_SIMGRID
@@ -308,6 +322,14 @@ static double state_bytes_per_param(const struct options *o)
  * policy that updates on the CPU pays its D2H copy; here it starts on the host, so a GPU
  * update pays an H2D copy instead (2 or 4 B/param). Putting gradients where backward
  * leaves them is the training-graph issue's job. */
+/* Zeroes a gradient where it lives, with a task (its memory may be the GPU's). */
+static void clear_gradient(starpu_data_handle_t h, enum dos_dtype dtype)
+{
+	struct starpu_task *task;
+	if (dos_grad_scale_task_create(h, dtype, 0.0f, &task) || starpu_task_submit(task))
+		die("clearing a gradient: %s", dos_last_error());
+}
+
 static void register_state(const struct options *o, struct state *s)
 {
 	size_t total = (size_t)o->params, per = (size_t)o->subgroup;
@@ -318,6 +340,8 @@ static void register_state(const struct options *o, struct state *s)
 	s->groups = calloc((size_t)s->count, sizeof *s->groups);
 	if (!s->groups)
 		die("out of memory for %d subgroups", s->count);
+	int cuda = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
+	s->gpu_home = o->homes_on_gpu && cuda >= 0 ? (int)starpu_worker_get_memory_node((unsigned)cuda) : -1;
 	for (int g = 0; g < s->count; g++) {
 		struct subgroup *sg = &s->groups[g];
 		sg->n = g == s->count - 1 ? total - (size_t)g * per : per;
@@ -325,6 +349,16 @@ static void register_state(const struct options *o, struct state *s)
 			if (!s->elem[b])
 				continue;
 			size_t bytes = sg->n * s->elem[b];
+			if (s->gpu_home >= 0 && (b == GRAD || b == WEIGHT16)) {
+				sg->buf[b] = (void *)starpu_malloc_on_node((unsigned)s->gpu_home, bytes);
+				if (!sg->buf[b])
+					die("cannot allocate %zu bytes on the GPU for subgroup %d", bytes, g);
+				starpu_vector_data_register(&sg->h[b], s->gpu_home, (uintptr_t)sg->buf[b],
+							    (uint32_t)sg->n, s->elem[b]);
+				if (b == GRAD)
+					clear_gradient(sg->h[b], o->grad); /* defined values where they live */
+				continue;
+			}
 			if (starpu_malloc_flags(&sg->buf[b], bytes, STATE_MALLOC_FLAGS) != 0)
 				die("cannot allocate %zu bytes for subgroup %d", bytes, g);
 #ifndef STARPU_SIMGRID
@@ -354,7 +388,10 @@ static void unregister_state(struct state *s)
 				starpu_data_unregister_no_coherency(sg->h[b]);
 			else
 				starpu_data_unregister(sg->h[b]);
-			starpu_free_flags(sg->buf[b], sg->n * s->elem[b], STATE_MALLOC_FLAGS);
+			if (s->gpu_home >= 0 && (b == GRAD || b == WEIGHT16))
+				starpu_free_on_node((unsigned)s->gpu_home, (uintptr_t)sg->buf[b], sg->n * s->elem[b]);
+			else
+				starpu_free_flags(sg->buf[b], sg->n * s->elem[b], STATE_MALLOC_FLAGS);
 		}
 	}
 	free(s->groups);
@@ -411,13 +448,14 @@ static struct dos_adam_step step_scalars(uint64_t step)
 	return s;
 }
 
-/* Backward of the next step writes new gradients: here, on the host (see register_state).
+/* Backward of the next step writes new gradients where they live (see register_state).
  * Without this, a GPU copy of the previous step's gradient would stay valid and the GPU
  * updates would read it for free. Acquiring for writing moves no data. */
 static void refresh_gradients(struct state *s)
 {
 	for (int g = 0; g < s->count; g++) {
-		int err = starpu_data_acquire(s->groups[g].h[GRAD], STARPU_W);
+		starpu_data_handle_t h = s->groups[g].h[GRAD];
+		int err = starpu_data_acquire_on_node(h, starpu_data_get_home_node(h), STARPU_W);
 		if (err)
 			die("starpu_data_acquire (gradient of subgroup %d): %s", g, strerror(-err));
 		starpu_data_release(s->groups[g].h[GRAD]);
@@ -522,8 +560,9 @@ static void bus_bytes_since_last(double *h2d, double *d2h)
 static double bound_seconds(const struct options *o)
 {
 	double seconds;
-	if (dos_bound_update_seconds(0, o->params, o->subgroup, o->grad, o->has_weight ? o->weight : DOS_FP32, 0, 0,
-				     &seconds))
+	int on_gpu = o->homes_on_gpu && starpu_cuda_worker_get_count() > 0;
+	if (dos_bound_update_seconds(0, o->params, o->subgroup, o->grad, o->has_weight ? o->weight : DOS_FP32, on_gpu,
+				     on_gpu, &seconds))
 		return NAN;
 	return seconds;
 }
@@ -860,8 +899,10 @@ int bench_optimizer(int argc, char **argv)
 	       "after 1 warm-up, per policy\n",
 	       o.params, state_bytes / 1e9, dos_dtype_name(o.grad), o.has_weight ? dos_dtype_name(o.weight) : "no",
 	       o.steps);
-	printf("# gradients start on the host (in training backward leaves them on the GPU); every update waits "
-	       "for one 'gradients ready' task submitted last\n");
+	printf("# gradients and 16-bit weights live %s; every update waits for one 'gradients ready' task "
+	       "submitted last\n",
+	       o.homes_on_gpu ? "on the GPU, as in training (--homes gpu; on the host without a GPU)"
+			      : "in host memory (--homes host; in training they live on the GPU)");
 	printf("# StarPU settings:\n");
 	print_env("STARPU_MINIMUM_CLEAN_BUFFERS", "unset (StarPU default 5 %)");
 	print_env("STARPU_TARGET_CLEAN_BUFFERS", "unset (StarPU default 10 %)");

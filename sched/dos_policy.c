@@ -41,13 +41,15 @@
 
 enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
 
-/* GPU updates of the planned step, in plan order, whose inputs (buffers first..last) are
- * fetched `ahead` tasks ahead of the GPU: each update that ends starts the next fetch, so
- * transfers run ahead of the GPU without taking more memory than the plan allows. */
+/* Updates of the planned step, in plan order, whose inputs (buffers first..last) are
+ * fetched to `node` `ahead` tasks ahead of the workers that run them: each update that
+ * ends starts the next fetch, so transfers run ahead of the work without taking more
+ * memory than the plan allows. */
 struct fetch_window {
 	struct starpu_task **tasks;
 	int n, next, ended, cap, ahead;
 	int first_buffer, last_buffer;
+	int node;
 };
 
 /* Gradients of resident subgroups are small (2 B/param against 12 of state): a couple
@@ -68,8 +70,9 @@ struct policy {
 	double resident_ratio;
 	starpu_pthread_mutex_t plan_lock; /* guards everything but the queues */
 	struct step_tasks step;
-	struct fetch_window staged;   /* state and gradient, `staging slots` ahead */
-	struct fetch_window resident; /* gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
+	struct fetch_window staged;   /* to the GPU: state and gradient, `staging slots` ahead */
+	struct fetch_window resident; /* to the GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
+	struct fetch_window on_cpu;   /* to host memory: GPU-homed gradients, one per CPU worker ahead */
 	int gpu_node;
 	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
 	double app_inflight_bytes, app_peak_bytes;
@@ -188,6 +191,7 @@ static void deinit_policy(unsigned sched_ctx)
 	free(p->step.tasks);
 	free(p->staged.tasks);
 	free(p->resident.tasks);
+	free(p->on_cpu.tasks);
 	free(p);
 }
 
@@ -237,7 +241,7 @@ static void prefetch_buffers(struct starpu_task *task, int first, int last, unsi
 		starpu_data_prefetch_on_node_prio(STARPU_TASK_GET_HANDLE(task, b), node, 1, prio);
 }
 
-static void window_reset(struct fetch_window *w, int capacity, int first, int last)
+static void window_reset(struct fetch_window *w, int capacity, int first, int last, int node)
 {
 	if (w->cap < capacity) {
 		free(w->tasks);
@@ -248,22 +252,36 @@ static void window_reset(struct fetch_window *w, int capacity, int first, int la
 	w->n = w->next = w->ended = 0;
 	w->first_buffer = first;
 	w->last_buffer = last;
+	w->node = node;
 }
 
 /* Starts fetches until `ahead` are in flight or done beyond the updates that ended. */
-static void window_advance(struct fetch_window *w, int gpu_node, int ended)
+static void window_advance(struct fetch_window *w, int ended)
 {
 	while (w->next < w->n && w->next < ended + w->ahead) {
-		prefetch_buffers(w->tasks[w->next], w->first_buffer, w->last_buffer, (unsigned)gpu_node,
-				 w->n - w->next);
+		prefetch_buffers(w->tasks[w->next], w->first_buffer, w->last_buffer, (unsigned)w->node, w->n - w->next);
 		w->next++;
 	}
 }
 
-/* The window of `task` when it is one of its GPU updates, or NULL. */
+/* The fetch window of updates placed at `place`. */
 static struct fetch_window *window_of(struct policy *p, enum dos_placement place)
 {
-	return place == DOS_PLACE_GPU_TRANSIENT ? &p->staged : place == DOS_PLACE_GPU_RESIDENT ? &p->resident : NULL;
+	return place == DOS_PLACE_GPU_TRANSIENT  ? &p->staged
+	       : place == DOS_PLACE_GPU_RESIDENT ? &p->resident
+						 : &p->on_cpu;
+}
+
+/* GPU memory that gradients and 16-bit weights homed on the GPU occupy for good (as in
+ * training): not the plan's to use. */
+static double gpu_homed_inputs_bytes(const struct step_tasks *s)
+{
+	double bytes = 0;
+	for (int i = 0; i < s->n; i++)
+		for (int b = 3; b < (int)STARPU_TASK_GET_NBUFFERS(s->tasks[i]); b++)
+			if (home_is_gpu(STARPU_TASK_GET_HANDLE(s->tasks[i], b)))
+				bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(s->tasks[i], b));
+	return bytes;
 }
 
 /* Plans p->step (plan lock held). */
@@ -287,10 +305,12 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 	/* Forecast of the application's GPU memory during the update: the peak working set of
 	 * its own GPU tasks seen so far (not StarPU's used-memory counter, which also holds
 	 * the allocation cache of our staged state), plus what the user declares for data
-	 * that stays on the GPU between tasks (activations): DOS_GPU_RESERVE_MIB. */
+	 * that stays on the GPU between tasks (activations): DOS_GPU_RESERVE_MIB, plus the
+	 * gradients and 16-bit weights that live on the GPU. */
 	struct dos_machine_costs m;
 	int calibrated;
-	_dos_measure_costs(first, sched_ctx, &homes, p->app_peak_bytes + p->declared_reserve_bytes, &m, &calibrated);
+	_dos_measure_costs(first, sched_ctx, &homes,
+			   p->app_peak_bytes + p->declared_reserve_bytes + gpu_homed_inputs_bytes(s), &m, &calibrated);
 
 	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
 	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
@@ -314,16 +334,17 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 	 * through fetch windows: fetching every staged state at once would overflow the
 	 * budget and make StarPU evict state it still needs (what dmda does). */
 	int ngpu = 0;
-	window_reset(&p->staged, s->n, 0, 3);
-	window_reset(&p->resident, s->n, 3, 3);
+	window_reset(&p->staged, s->n, 0, 3, p->gpu_node);
+	window_reset(&p->resident, s->n, 3, 3, p->gpu_node);
+	window_reset(&p->on_cpu, s->n, 3, 3, STARPU_MAIN_RAM);
 	double resident_bytes = 0;
 	for (int i = 0; i < s->n; i++) {
 		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i]);
 		struct fetch_window *w = window_of(p, place[i]);
-		if (!w)
+		w->tasks[w->n++] = s->tasks[i];
+		if (place[i] == DOS_PLACE_CPU)
 			continue;
 		ngpu++;
-		w->tasks[w->n++] = s->tasks[i];
 		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
 			resident_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 			if (!sg[i].resident_now)
@@ -333,8 +354,10 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 	double per = sg[0].params * dos_staging_bytes_per_param(&m);
 	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor((m.gpu_budget_bytes - resident_bytes) / per)) : 0;
 	p->resident.ahead = RESIDENT_GRADIENTS_AHEAD;
-	window_advance(&p->staged, p->gpu_node, 0);
-	window_advance(&p->resident, p->gpu_node, 0);
+	p->on_cpu.ahead = m.ncpu_workers + 1;
+	window_advance(&p->staged, 0);
+	window_advance(&p->resident, 0);
+	window_advance(&p->on_cpu, 0);
 	p->stats.last_step = step;
 	p->stats.last_subgroups = (unsigned)s->n;
 	p->stats.last_gpu_subgroups = (unsigned)ngpu;
@@ -469,14 +492,6 @@ static int push_task(struct starpu_task *task)
 	if (worker < 0) /* the planned kind cannot run it (e.g. task->where): any worker */
 		worker = earliest_finish_worker(p, task, ctx, -1, &predicted);
 	STARPU_ASSERT_MSG(worker >= 0, "no worker of the context can execute task %s", starpu_task_get_name(task));
-	if (task->cl != &_dos_adam_codelet && starpu_worker_get_type(worker) == STARPU_CUDA_WORKER) {
-		double bytes = task_data_bytes(task);
-		task->sched_data = (void *)(uintptr_t)bytes; /* subtracted again after it ran */
-		lock_plan(p);
-		p->app_inflight_bytes += bytes;
-		p->app_peak_bytes = fmax(p->app_peak_bytes, p->app_inflight_bytes);
-		unlock_plan(p);
-	}
 	/* GPU-planned updates are prefetched by the plan, a few at a time (plan_step) */
 	push_to_worker(p, task, worker, predicted, only_type != STARPU_CUDA_WORKER);
 	record_decision(p, t0);
@@ -514,6 +529,22 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
 	return task;
 }
 
+/* The application's working set on the GPU: the data of its tasks while they run there
+ * (counted from start to end, not while queued: a queue of many tasks runs one or two
+ * at a time). */
+static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
+{
+	if (task->cl == &_dos_adam_codelet || starpu_worker_get_type(starpu_worker_get_id()) != STARPU_CUDA_WORKER)
+		return;
+	struct policy *p = policy_of(sched_ctx);
+	double bytes = task_data_bytes(task);
+	task->sched_data = (void *)(uintptr_t)bytes; /* subtracted again in post_exec_hook */
+	lock_plan(p);
+	p->app_inflight_bytes += bytes;
+	p->app_peak_bytes = fmax(p->app_peak_bytes, p->app_inflight_bytes);
+	unlock_plan(p);
+}
+
 static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 {
 	if (task->cl != &_dos_adam_codelet) {
@@ -530,19 +561,19 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		return;
 	enum dos_placement place = TAG_PLACEMENT(task->sched_data);
 	task->sched_data = NULL;
-	if (place == DOS_PLACE_CPU || starpu_worker_get_type(starpu_worker_get_id()) != STARPU_CUDA_WORKER)
-		return;
-	/* The gradient and the 16-bit weights are done with on the GPU (each is written home
-	 * or dropped when its home is the host): their copies must not crowd out resident
-	 * state. Staged state is written back now, and its GPU copy is the first evicted. */
-	for (int b = place == DOS_PLACE_GPU_TRANSIENT ? 0 : 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
+	if (place != DOS_PLACE_CPU && starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER)
+		/* The gradient and the 16-bit weights are done with on the GPU (each is written
+		 * home or dropped when its home is the host): their copies must not crowd out
+		 * resident state. Staged state is written back now, and its GPU copy is the
+		 * first evicted. */
+		for (int b = place == DOS_PLACE_GPU_TRANSIENT ? 0 : 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
+			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
 	/* one more update of its window ended: start the next fetch */
 	struct policy *p = policy_of(sched_ctx);
 	lock_plan(p);
 	struct fetch_window *w = window_of(p, place);
 	w->ended++;
-	window_advance(w, p->gpu_node, w->ended);
+	window_advance(w, w->ended);
 	unlock_plan(p);
 }
 
@@ -560,6 +591,7 @@ static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
 		.push_task = push_task,              \
 		.pop_task = pop_task,                \
 		.submit_hook = submit_hook,          \
+		.pre_exec_hook = pre_exec_hook,      \
 		.post_exec_hook = post_exec_hook,    \
 		.add_workers = add_workers,          \
 		.policy_name = name_,                \

@@ -141,7 +141,10 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
 		};
 		struct dos_machine_costs m;
 		int calibrated;
-		_dos_measure_costs(probe, sched_ctx, &homes, 0.0, &m, &calibrated);
+		/* gradients and 16-bit weights that live on the GPU are not the optimizer's room */
+		double homed = params * ((homes.grads_on_gpu ? homes.grad_bytes_per_param : 0.0) +
+					 (homes.weights_on_gpu ? homes.weight_bytes_per_param : 0.0));
+		_dos_measure_costs(probe, sched_ctx, &homes, homed, &m, &calibrated);
 		if (!calibrated)
 			err = DOS_FAIL(-ENODATA,
 				       "StarPU's dos_adam perfmodel has no measurements for subgroups of %g params on "

@@ -24,16 +24,18 @@ check() { # check DESCRIPTION CONDITION-EXIT-STATUS
 	fi
 }
 
-# case MACHINE GPU_MEM_MIB: 2e9 params in 1e8 subgroups under dos, stride and dmda
+# case MACHINE GPU_MEM_MIB [HOMES]: 2e9 params in 1e8 subgroups under dos, stride and dmda,
+# gradients and 16-bit weights in host memory or (HOMES=gpu) on the GPU as in training
 run_case() {
-	local machine=$1 mem=$2 out=$home/$1-$2.txt
+	local machine=$1 mem=$2 homes=${3:-host}
+	local label="$machine (gpu-mem-mib $mem, homes $homes)" out=$home/$1-$2-${3:-host}.txt
 	(
-		eval "$("$top"/tools/sim-env.sh "$machine" "$home/$machine-$mem")"
-		"$bench" optimizer --params 2e9 --subgroup 1e8 --steps 2 --gpu-mem-mib "$mem" \
+		eval "$("$top"/tools/sim-env.sh "$machine" "$home/$machine-$mem-$homes")"
+		"$bench" optimizer --params 2e9 --subgroup 1e8 --steps 2 --gpu-mem-mib "$mem" --homes "$homes" \
 			--policies dos,stride,dmda >"$out" 2>&1
 	)
 	local rc=$?
-	check "$machine (gpu-mem-mib $mem): dos-bench ran" $rc
+	check "$label: dos-bench ran" $rc
 	[[ $rc == 0 ]] || { tail -n 20 "$out"; return; }
 	grep -E '^(dos|stride|dmda) ' "$out"
 	local dos stride dmda
@@ -41,20 +43,21 @@ run_case() {
 	stride=$(awk '$1 == "stride" {print $2}' "$out")
 	dmda=$(awk '$1 == "dmda" {print $2}' "$out")
 	awk -v d="$dos" -v s="$stride" -v m="$dmda" 'BEGIN {b = s < m ? s : m; exit !(d <= b * 1.001)}'
-	check "$machine (gpu-mem-mib $mem): dos ${dos} ms <= min(stride ${stride}, dmda ${dmda}) ms" $?
+	check "$label: dos ${dos} ms <= min(stride ${stride}, dmda ${dmda}) ms" $?
 	if [[ $mem != 0 ]]; then
 		awk -v lim="$mem" '$1 ~ /^(dos|stride|dmda)$/ && $10 != "-" && $10 > lim {bad = 1} END {exit bad}' "$out"
-		check "$machine (gpu-mem-mib $mem): peak GPU memory within the limit" $?
+		check "$label: peak GPU memory within the limit" $?
 	fi
 	local home_lines
 	home_lines=$(grep -c 'state valid on the host after it: \([0-9]*\) of \1 handles' "$out")
 	[[ $home_lines == 3 ]]
-	check "$machine (gpu-mem-mib $mem): all state valid on the host after the flush (3 policies)" $?
+	check "$label: all state valid on the host after the flush (3 policies)" $?
 }
 
 python3 "$top"/tools/gen-machine.py --check >/dev/null
 check "sched/machines matches tools/gen-machine.py" $?
 run_case h100-pcie5 8192
+run_case h100-pcie5 16384 gpu
 run_case a100-pcie4 0
 run_case h200 0
 printf '# PASS: %d\n# FAIL: %d\n' "$pass" "$fail" >"$summary"
