@@ -19,8 +19,10 @@
 #define DEFAULT_GPU_SECONDS_PER_PARAM (28.0 / 1e12)
 #define DEFAULT_LINK_BYTES_PER_SECOND 12e9
 /* Headroom kept free on the GPU beyond the forecast, for StarPU's own allocations and
- * its cache of freed buffers. */
+ * its cache of freed buffers: a share of small GPUs, capped on big ones (on an 80 GB GPU
+ * 8% would keep four 1e8-param subgroups of state off it for nothing). */
 #define GPU_SAFETY_FRACTION 0.08
+#define GPU_SAFETY_MAX_BYTES (1024.0 * 1048576.0)
 
 int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype type)
 {
@@ -100,7 +102,8 @@ int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const 
 		double lat = starpu_transfer_latency(STARPU_MAIN_RAM, node);
 		out->link_latency_seconds = isfinite(lat) && lat > 0 ? lat * 1e-6 : 0;
 		double total = (double)starpu_memory_get_total(node);
-		out->gpu_budget_bytes = fmax(0.0, total * (1.0 - GPU_SAFETY_FRACTION) - reserved_gpu_bytes);
+		double safety = fmin(total * GPU_SAFETY_FRACTION, GPU_SAFETY_MAX_BYTES);
+		out->gpu_budget_bytes = fmax(0.0, total - safety - reserved_gpu_bytes);
 	}
 	return 0;
 }
