@@ -8,6 +8,11 @@
  * "WHO: error: message" for a failure (any other status), on stderr. */
 void bench_vreport(const char *who, int status, const char *usage, const char *fmt, va_list ap);
 
+/* CLOCK_MONOTONIC in seconds. */
+double bench_now_seconds(void);
+/* Median of x[0 .. n), n >= 1; sorts x in place. */
+double bench_median(double *x, int n);
+
 /* dos-bench calibrate [--max-size N] [--reps R]; returns the exit status. */
 int bench_calibrate(int argc, char **argv);
 

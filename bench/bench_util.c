@@ -1,5 +1,7 @@
-/* Error reporting shared by the benchmark programs. */
+/* Error reporting, the clock and medians, shared by the benchmark programs. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 
 #include "bench.h"
 
@@ -10,4 +12,23 @@ void bench_vreport(const char *who, int status, const char *usage, const char *f
 	fputc('\n', stderr);
 	if (status == 2 && usage)
 		fputs(usage, stderr);
+}
+
+double bench_now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+double bench_median(double *x, int n)
+{
+	qsort(x, (size_t)n, sizeof x[0], compare_doubles);
+	return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }

@@ -211,19 +211,6 @@ static void print_context(int ncores)
 
 /* ---- Timing ------------------------------------------------------------------------- */
 
-static double now_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
 /* Runs `calls` calls back to back and returns how long they took, in seconds. */
 typedef double (*timed_batch_fn)(void *ctx, long calls);
 
@@ -239,8 +226,7 @@ static double median_seconds_per_call(timed_batch_fn batch, void *ctx, int reps)
 		calls = 1;
 	for (int r = 0; r < reps; r++)
 		per_call[r] = batch(ctx, calls) / (double)calls;
-	qsort(per_call, (size_t)reps, sizeof per_call[0], compare_doubles);
-	return reps % 2 ? per_call[reps / 2] : 0.5 * (per_call[reps / 2 - 1] + per_call[reps / 2]);
+	return bench_median(per_call, reps);
 }
 
 typedef void (*thread_body_fn)(void *ctx, int thread, long calls);
@@ -317,9 +303,9 @@ WIDEST_ISA_CLONES static void triad_body(void *ctx, int thread, long calls)
 
 static double triad_batch(void *ctx, long calls)
 {
-	double start = now_seconds();
+	double start = bench_now_seconds();
 	run_on_threads(((struct triad *)ctx)->nthreads, triad_body, ctx, calls);
-	return now_seconds() - start;
+	return bench_now_seconds() - start;
 }
 
 /* Host memory bandwidth in bytes/s for each entry of core_counts. */
@@ -453,16 +439,16 @@ static void adam_bare_body(void *ctx, int thread, long calls)
 
 static double adam_bare_batch(void *ctx, long calls)
 {
-	double start = now_seconds();
+	double start = bench_now_seconds();
 	run_on_threads(((struct adam_set *)ctx)->count, adam_bare_body, ctx, calls);
-	return now_seconds() - start;
+	return bench_now_seconds() - start;
 }
 
 /* One optimizer step per call, waited for as a training loop would before its next forward. */
 static double adam_starpu_batch(void *ctx, long calls)
 {
 	struct adam_set *s = ctx;
-	double start = now_seconds();
+	double start = bench_now_seconds();
 	for (long c = 0; c < calls; c++) {
 		struct dos_adam_step step = adam_step(++s->step_number);
 		for (int g = 0; g < s->count; g++) {
@@ -479,7 +465,7 @@ static double adam_starpu_batch(void *ctx, long calls)
 		if (err)
 			die("starpu_task_wait_for_all: %s", strerror(-err));
 	}
-	return now_seconds() - start;
+	return bench_now_seconds() - start;
 }
 
 enum variant { BARE, STARPU, NVARIANTS };

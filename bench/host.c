@@ -33,13 +33,6 @@
 #define PHASE_SECONDS 1.0
 #define ROUNDS 3
 
-static double now_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 struct cpu_worker {
 	pthread_t thread;
 	float *p, *m, *v;
@@ -102,7 +95,7 @@ static double run_phase(struct cpu_worker *w, int n, const struct companion *bes
 		*beside->stop = &stop;
 		pthread_create(&companion_thread, NULL, beside->main, beside->arg);
 	}
-	double start = now_seconds();
+	double start = bench_now_seconds();
 	usleep((useconds_t)(PHASE_SECONDS * 1e6));
 	atomic_store(&stop, 1);
 	double params = 0;
@@ -112,14 +105,8 @@ static double run_phase(struct cpu_worker *w, int n, const struct companion *bes
 	}
 	if (beside)
 		pthread_join(companion_thread, NULL);
-	*elapsed_out = now_seconds() - start;
+	*elapsed_out = bench_now_seconds() - start;
 	return params / *elapsed_out;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
 }
 
 #ifdef DOS_USE_CUDA
@@ -173,8 +160,7 @@ static double measure_contention(struct cpu_worker *w, int online)
 			       r + 1, n, alone * 1e-9, shared * 1e-9, d.bytes / elapsed * 1e-9, factors[r]);
 		}
 		if (!d.failed) {
-			qsort(factors, ROUNDS, sizeof factors[0], compare_doubles);
-			result = fmax(1.0, factors[ROUNDS / 2]);
+			result = fmax(1.0, bench_median(factors, ROUNDS));
 		}
 	}
 	if (result < 0)
@@ -219,8 +205,7 @@ int bench_host(int argc, char **argv)
 		rates[r] = run_phase(w, online, NULL, &elapsed);
 		printf("all %d cores, round %d: %.3f G params/s\n", online, r + 1, rates[r] * 1e-9);
 	}
-	qsort(rates, ROUNDS, sizeof rates[0], compare_doubles);
-	double rate = rates[ROUNDS / 2];
+	double rate = bench_median(rates, ROUNDS);
 	double factor = measure_contention(w, online);
 	for (int i = 0; i < online; i++)
 		worker_free(&w[i]);

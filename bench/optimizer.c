@@ -621,18 +621,6 @@ struct row {
 	char note[96];
 };
 
-static int compare_doubles(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *x, int n)
-{
-	qsort(x, (size_t)n, sizeof x[0], compare_doubles);
-	return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 static void print_workers(const char *policy)
 {
 	char name[128];
@@ -700,7 +688,7 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 	unsigned long ran = st.cpu_tasks + st.cuda_tasks + st.other_tasks;
 	r->status = ROW_RAN;
 	r->note[0] = '\0';
-	r->step_s = median(seconds, o->steps);
+	r->step_s = bench_median(seconds, o->steps);
 	r->gpu_share = ran ? (double)st.cuda_tasks / (double)ran : NAN;
 	r->h2d_per_step = h2d / o->steps;
 	r->d2h_per_step = d2h / o->steps;
