@@ -1,0 +1,2 @@
+/* placeholder: being written */
+extern int dos_placeholder_model;
