@@ -3,6 +3,10 @@
 #ifndef DOS_CODELET_UTIL_H
 #define DOS_CODELET_UTIL_H
 
+/* config.h defines DOS_USE_CUDA: every codelet file includes this header first, and
+ * without it the codelets silently lose their CUDA implementations. */
+#include "config.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
