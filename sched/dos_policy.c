@@ -45,8 +45,14 @@ enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
  * fetched to `node` `ahead` tasks ahead of the workers that run them: each update that
  * ends starts the next fetch, so transfers run ahead of the work without taking more
  * memory than the plan allows. */
+struct fetch_entry {
+	starpu_data_handle_t handle[4]; /* copied at plan time: the task may be gone later */
+	int nhandles;
+	int started; /* the update began: fetching for it now would be late or stale */
+};
+
 struct fetch_window {
-	struct starpu_task **tasks;
+	struct fetch_entry *entries;
 	int n, next, ended, cap, ahead;
 	int first_buffer, last_buffer;
 	int node;
@@ -73,6 +79,7 @@ struct policy {
 	struct fetch_window staged;   /* to the GPU: state and gradient, `staging slots` ahead */
 	struct fetch_window resident; /* to the GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
 	struct fetch_window on_cpu;   /* to host memory: GPU-homed gradients, one per CPU worker ahead */
+	uint32_t generation;	      /* of the current plan (and windows) */
 	int gpu_node;
 	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
 	double app_inflight_bytes, app_peak_bytes;
@@ -88,10 +95,14 @@ struct policy {
 	struct dos_sched_stats stats;
 };
 
-/* task->sched_data carries an update task's planned placement, offset by one so that a
- * NULL means "no plan". */
-#define PLACEMENT_TAG(p) ((void *)(uintptr_t)((p) + 1))
-#define TAG_PLACEMENT(d) ((enum dos_placement)((uintptr_t)(d)-1))
+/* task->sched_data carries an update task's planned placement (offset by one so that a
+ * NULL means "no plan"), its index in its fetch window, and the plan's generation: with
+ * steps overlapping, a task of an older plan must not touch the current windows. */
+#define PLACEMENT_TAG(p, index, generation) \
+	((void *)(uintptr_t)(((uint64_t)(generation) << 32) | ((uint64_t)(index) << 8) | (uint64_t)((p) + 1)))
+#define TAG_PLACEMENT(d) ((enum dos_placement)(((uintptr_t)(d)&0xff) - 1))
+#define TAG_INDEX(d) ((int)(((uintptr_t)(d) >> 8) & 0xffffff))
+#define TAG_GENERATION(d) ((uint32_t)((uint64_t)(uintptr_t)(d) >> 32))
 
 static double seconds_now(void)
 {
@@ -189,9 +200,9 @@ static void deinit_policy(unsigned sched_ctx)
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->plan_lock);
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->pool_lock);
 	free(p->step.tasks);
-	free(p->staged.tasks);
-	free(p->resident.tasks);
-	free(p->on_cpu.tasks);
+	free(p->staged.entries);
+	free(p->resident.entries);
+	free(p->on_cpu.entries);
 	free(p);
 }
 
@@ -235,18 +246,38 @@ static int home_is_gpu(starpu_data_handle_t h)
 	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CUDA_RAM;
 }
 
+/* Whether some memory node holds a valid copy of h. A gradient that a task of this step
+ * will produce first (in a training graph, the gather after backward) has none yet, and
+ * StarPU asserts on a prefetch of data that was never written. */
+static int has_valid_copy(starpu_data_handle_t h)
+{
+	for (unsigned node = 0; node < starpu_memory_nodes_get_count(); node++) {
+		int allocated, valid, loading, requested;
+		starpu_data_query_status2(h, (int)node, &allocated, &valid, &loading, &requested);
+		if (valid)
+			return 1;
+	}
+	return 0;
+}
+
+static void prefetch_handle(starpu_data_handle_t h, unsigned node, int prio)
+{
+	if (has_valid_copy(h))
+		starpu_data_prefetch_on_node_prio(h, node, 1, prio);
+}
+
 static void prefetch_buffers(struct starpu_task *task, int first, int last, unsigned node, int prio)
 {
 	for (int b = first; b <= last && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		starpu_data_prefetch_on_node_prio(STARPU_TASK_GET_HANDLE(task, b), node, 1, prio);
+		prefetch_handle(STARPU_TASK_GET_HANDLE(task, b), node, prio);
 }
 
 static void window_reset(struct fetch_window *w, int capacity, int first, int last, int node)
 {
 	if (w->cap < capacity) {
-		free(w->tasks);
-		w->tasks = malloc((size_t)capacity * sizeof *w->tasks);
-		STARPU_ASSERT_MSG(w->tasks, "out of memory planning %d subgroups", capacity);
+		free(w->entries);
+		w->entries = malloc((size_t)capacity * sizeof *w->entries);
+		STARPU_ASSERT_MSG(w->entries, "out of memory planning %d subgroups", capacity);
 		w->cap = capacity;
 	}
 	w->n = w->next = w->ended = 0;
@@ -258,10 +289,22 @@ static void window_reset(struct fetch_window *w, int capacity, int first, int la
 /* Starts fetches until `ahead` are in flight or done beyond the updates that ended. */
 static void window_advance(struct fetch_window *w, int ended)
 {
-	while (w->next < w->n && w->next < ended + w->ahead) {
-		prefetch_buffers(w->tasks[w->next], w->first_buffer, w->last_buffer, (unsigned)w->node, w->n - w->next);
-		w->next++;
+	for (; w->next < w->n && w->next < ended + w->ahead; w->next++) {
+		const struct fetch_entry *e = &w->entries[w->next];
+		for (int h = 0; h < e->nhandles && !e->started; h++)
+			prefetch_handle(e->handle[h], (unsigned)w->node, w->n - w->next);
 	}
+}
+
+/* Adds `task` to window w (at plan time, while the task is alive and not started). */
+static int window_add(struct fetch_window *w, struct starpu_task *task)
+{
+	struct fetch_entry *e = &w->entries[w->n];
+	e->started = 0;
+	e->nhandles = 0;
+	for (int b = w->first_buffer; b <= w->last_buffer && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
+		e->handle[e->nhandles++] = STARPU_TASK_GET_HANDLE(task, b);
+	return w->n++;
 }
 
 /* The fetch window of updates placed at `place`. */
@@ -334,14 +377,14 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 	 * through fetch windows: fetching every staged state at once would overflow the
 	 * budget and make StarPU evict state it still needs (what dmda does). */
 	int ngpu = 0;
+	p->generation++;
 	window_reset(&p->staged, s->n, 0, 3, p->gpu_node);
 	window_reset(&p->resident, s->n, 3, 3, p->gpu_node);
 	window_reset(&p->on_cpu, s->n, 3, 3, STARPU_MAIN_RAM);
 	double resident_bytes = 0;
 	for (int i = 0; i < s->n; i++) {
-		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i]);
 		struct fetch_window *w = window_of(p, place[i]);
-		w->tasks[w->n++] = s->tasks[i];
+		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i], window_add(w, s->tasks[i]), p->generation);
 		if (place[i] == DOS_PLACE_CPU)
 			continue;
 		ngpu++;
@@ -534,9 +577,17 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
  * at a time). */
 static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 {
-	if (task->cl == &_dos_adam_codelet || starpu_worker_get_type(starpu_worker_get_id()) != STARPU_CUDA_WORKER)
-		return;
 	struct policy *p = policy_of(sched_ctx);
+	if (task->cl == &_dos_adam_codelet) {
+		/* the update began: its window must not fetch for it any more */
+		lock_plan(p);
+		if (task->sched_data && TAG_GENERATION(task->sched_data) == p->generation)
+			window_of(p, TAG_PLACEMENT(task->sched_data))->entries[TAG_INDEX(task->sched_data)].started = 1;
+		unlock_plan(p);
+		return;
+	}
+	if (starpu_worker_get_type(starpu_worker_get_id()) != STARPU_CUDA_WORKER)
+		return;
 	double bytes = task_data_bytes(task);
 	task->sched_data = (void *)(uintptr_t)bytes; /* subtracted again in post_exec_hook */
 	lock_plan(p);
@@ -560,6 +611,7 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	if (!task->sched_data)
 		return;
 	enum dos_placement place = TAG_PLACEMENT(task->sched_data);
+	uint32_t generation = TAG_GENERATION(task->sched_data);
 	task->sched_data = NULL;
 	if (place != DOS_PLACE_CPU && starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER)
 		/* The gradient and the 16-bit weights are done with on the GPU (each is written
@@ -571,9 +623,11 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	/* one more update of its window ended: start the next fetch */
 	struct policy *p = policy_of(sched_ctx);
 	lock_plan(p);
-	struct fetch_window *w = window_of(p, place);
-	w->ended++;
-	window_advance(w, w->ended);
+	if (generation == p->generation) { /* not an update of an older plan */
+		struct fetch_window *w = window_of(p, place);
+		w->ended++;
+		window_advance(w, w->ended);
+	}
 	unlock_plan(p);
 }
 
