@@ -1,2 +1,389 @@
-/* placeholder: being written */
-extern int dos_placeholder_model;
+/* The StarPU codelets of the example model (model_codelets.h): each unpacks its vector
+ * buffers and its struct _dos_model_args (see model_args) and calls the kernel of
+ * model_kernels.h for its device. Buffer lengths are checked against the sizes in the
+ * arguments (a mismatch is a bug of the graph builder, and would read out of bounds). */
+#include "config.h"
+
+#include <string.h>
+
+#include "codelet_util.h"
+#include "model_codelets.h"
+#include "model_kernels.h"
+
+#ifdef DOS_USE_CUDA
+#include <starpu_cublas_v2.h>
+
+#define DOS_CUBLAS_CHECK(call)                                        \
+	do {                                                          \
+		cublasStatus_t dos_blas_status_ = (call);             \
+		if (dos_blas_status_ != CUBLAS_STATUS_SUCCESS)        \
+			STARPU_CUBLAS_REPORT_ERROR(dos_blas_status_); \
+	} while (0)
+#endif
+
+#define F32(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
+#define I32(i) ((int32_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
+
+/* The task's struct _dos_model_args, copied into *args. model_codelets.h has cl_arg point
+ * to the struct itself (STARPU_CL_ARGS or task->cl_arg, as graph/model.c does). A task
+ * inserted with STARPU_VALUE, &args, sizeof args instead carries it packed as
+ * [int nargs][size_t size][struct], which starpu_codelet_unpack_arg reads (checking the
+ * size); the two are told apart by cl_arg_size. */
+static const struct _dos_model_args *model_args(void *cl_arg, struct _dos_model_args *args)
+{
+	size_t size = starpu_task_get_current()->cl_arg_size;
+	STARPU_ASSERT_MSG_ALWAYS(cl_arg != NULL, "model codelet without its struct _dos_model_args");
+	if (size == sizeof *args) {
+		memcpy(args, cl_arg, sizeof *args);
+	} else {
+		struct starpu_codelet_pack_arg_data state;
+		int nargs = 0;
+		STARPU_ASSERT_MSG_ALWAYS(size == sizeof nargs + sizeof(size_t) + sizeof *args,
+					 "model codelet: cl_arg of %zu bytes is neither one struct _dos_model_args "
+					 "(%zu bytes) nor that struct packed by STARPU_VALUE",
+					 size, sizeof *args);
+		memcpy(&nargs, cl_arg, sizeof nargs);
+		STARPU_ASSERT_MSG_ALWAYS(nargs == 1, "model codelet: %d STARPU_VALUE arguments, expected 1", nargs);
+		starpu_codelet_unpack_arg_init(&state, cl_arg, size);
+		starpu_codelet_unpack_arg(&state, args, sizeof *args);
+		starpu_codelet_unpack_arg_fini(&state);
+	}
+	return args;
+}
+
+/* Buffer i of a `codelet` task must hold at least `count` elements of `elemsize` bytes. */
+static void need(void *buffers[], int i, size_t count, size_t elemsize, const char *codelet)
+{
+	size_t nx = STARPU_VECTOR_GET_NX(buffers[i]), got = STARPU_VECTOR_GET_ELEMSIZE(buffers[i]);
+	STARPU_ASSERT_MSG_ALWAYS(nx >= count && got == elemsize,
+				 "%s: buffer %d has %zu elements of %zu bytes, expected at least %zu of %zu", codelet,
+				 i, nx, got, count, elemsize);
+}
+
+#define NEED(i, count, elemsize) need(buffers, (i), (count), (elemsize), __func__)
+
+/* The checks and the kernel arguments are the same for both devices: one function per
+ * codelet validates, and the two implementations differ only by the call. */
+
+static void embed_fwd_check(void *buffers[], const struct _dos_model_args *a)
+{
+	NEED(0, (size_t)a->n, sizeof(int32_t));
+	NEED(1, 0, sizeof(float));
+	NEED(2, (size_t)a->T * a->d, sizeof(float));
+	NEED(3, (size_t)a->n * a->d, sizeof(float));
+}
+
+static void embed_bwd_check(void *buffers[], const struct _dos_model_args *a)
+{
+	NEED(0, (size_t)a->n, sizeof(int32_t));
+	NEED(1, (size_t)a->n * a->d, sizeof(float));
+	NEED(2, (size_t)a->V * a->d, sizeof(float));
+	NEED(3, (size_t)a->T * a->d, sizeof(float));
+}
+
+static void rmsnorm_fwd_check(void *buffers[], const struct _dos_model_args *a)
+{
+	NEED(0, (size_t)a->n * a->d, sizeof(float));
+	NEED(1, (size_t)a->d, sizeof(float));
+	NEED(2, (size_t)a->n * a->d, sizeof(float));
+	NEED(3, (size_t)a->n, sizeof(float));
+}
+
+static void rmsnorm_bwd_check(void *buffers[], const struct _dos_model_args *a)
+{
+	NEED(0, (size_t)a->n * a->d, sizeof(float));
+	NEED(1, (size_t)a->d, sizeof(float));
+	NEED(2, (size_t)a->n, sizeof(float));
+	NEED(3, (size_t)a->n * a->d, sizeof(float));
+	NEED(4, (size_t)a->n * a->d, sizeof(float));
+	NEED(5, (size_t)a->d, sizeof(float));
+}
+
+/* Returns whether the task has the residual (4th) buffer. */
+static int linear_fwd_check(void *buffers[], const struct _dos_model_args *a)
+{
+	int nbuffers = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
+	STARPU_ASSERT_MSG_ALWAYS(nbuffers == 3 || nbuffers == 4, "dos_linear_fwd: %d buffers, expected 3 or 4",
+				 nbuffers);
+	NEED(0, (size_t)a->n * a->d, sizeof(float));
+	NEED(1, (size_t)a->out * a->d, sizeof(float));
+	NEED(2, (size_t)a->n * a->out, sizeof(float));
+	if (nbuffers == 4)
+		NEED(3, (size_t)a->n * a->out, sizeof(float));
+	return nbuffers == 4;
+}
+
+static void linear_bwd_data_check(void *buffers[], const struct _dos_model_args *a)
+{
+	NEED(0, (size_t)a->n * a->out, sizeof(float));
+	NEED(1, (size_t)a->out * a->d, sizeof(float));
+	NEED(2, (size_t)a->n * a->d, sizeof(float));
+}
+
+static void linear_bwd_weight_check(void *buffers[], const struct _dos_model_args *a)
+{
+	NEED(0, (size_t)a->n * a->out, sizeof(float));
+	NEED(1, (size_t)a->n * a->d, sizeof(float));
+	NEED(2, (size_t)a->out * a->d, sizeof(float));
+}
+
+static void attention_fwd_check(void *buffers[], const struct _dos_model_args *a)
+{
+	size_t n = (size_t)a->B * a->T, d = (size_t)a->H * a->hd;
+	NEED(0, n * 3 * d, sizeof(float));
+	NEED(1, n * d, sizeof(float));
+	NEED(2, (size_t)a->B * a->H * a->T * a->T, sizeof(float));
+}
+
+static void attention_bwd_check(void *buffers[], const struct _dos_model_args *a)
+{
+	size_t n = (size_t)a->B * a->T, d = (size_t)a->H * a->hd;
+	NEED(0, n * 3 * d, sizeof(float));
+	NEED(1, (size_t)a->B * a->H * a->T * a->T, sizeof(float));
+	NEED(2, n * d, sizeof(float));
+	NEED(3, n * 3 * d, sizeof(float));
+}
+
+/* GELU is elementwise over the whole of its input vector: its length is the count. */
+static size_t gelu_fwd_check(void *buffers[])
+{
+	size_t count = STARPU_VECTOR_GET_NX(buffers[0]);
+	NEED(0, count, sizeof(float));
+	NEED(1, count, sizeof(float));
+	return count;
+}
+
+static size_t gelu_bwd_check(void *buffers[])
+{
+	size_t count = STARPU_VECTOR_GET_NX(buffers[0]);
+	NEED(0, count, sizeof(float));
+	NEED(1, count, sizeof(float));
+	NEED(2, count, sizeof(float));
+	return count;
+}
+
+static void xent_check(void *buffers[], const struct _dos_model_args *a)
+{
+	NEED(0, (size_t)a->n * a->V, sizeof(float));
+	NEED(1, (size_t)a->n, sizeof(int32_t));
+	NEED(2, (size_t)a->n, sizeof(float));
+	NEED(3, (size_t)a->n * a->V, sizeof(float));
+}
+
+/* ---- CPU ------------------------------------------------------------------------------- */
+
+static void embed_fwd_cpu(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	embed_fwd_check(buffers, a);
+	_dos_embed_fwd_cpu(I32(0), F32(1), F32(2), F32(3), a->n, a->T, a->d);
+}
+
+static void embed_bwd_cpu(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	embed_bwd_check(buffers, a);
+	_dos_embed_bwd_cpu(I32(0), F32(1), F32(2), F32(3), a->n, a->T, a->d, a->V, a->accumulate);
+}
+
+static void rmsnorm_fwd_cpu(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	rmsnorm_fwd_check(buffers, a);
+	_dos_rmsnorm_fwd_cpu(F32(0), F32(1), F32(2), F32(3), a->n, a->d);
+}
+
+static void rmsnorm_bwd_cpu(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	rmsnorm_bwd_check(buffers, a);
+	_dos_rmsnorm_bwd_cpu(F32(0), F32(1), F32(2), F32(3), F32(4), F32(5), a->n, a->d, a->accumulate, a->accumulate2);
+}
+
+static void linear_fwd_cpu(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	int residual = linear_fwd_check(buffers, a);
+	_dos_linear_fwd_cpu(F32(0), F32(1), residual ? F32(3) : NULL, F32(2), a->n, a->d, a->out);
+}
+
+static void linear_bwd_data_cpu(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	linear_bwd_data_check(buffers, a);
+	_dos_linear_bwd_data_cpu(F32(0), F32(1), F32(2), a->n, a->d, a->out, a->accumulate);
+}
+
+static void linear_bwd_weight_cpu(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	linear_bwd_weight_check(buffers, a);
+	_dos_linear_bwd_weight_cpu(F32(0), F32(1), F32(2), a->n, a->d, a->out, a->accumulate);
+}
+
+static void attention_fwd_cpu(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	attention_fwd_check(buffers, a);
+	_dos_attention_fwd_cpu(F32(0), F32(1), F32(2), a->B, a->T, a->H, a->hd);
+}
+
+static void attention_bwd_cpu(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	attention_bwd_check(buffers, a);
+	_dos_attention_bwd_cpu(F32(0), F32(1), F32(2), F32(3), a->B, a->T, a->H, a->hd);
+}
+
+static void gelu_fwd_cpu(void *buffers[], void *cl_arg)
+{
+	(void)cl_arg;
+	size_t count = gelu_fwd_check(buffers);
+	_dos_gelu_fwd_cpu(F32(0), F32(1), count);
+}
+
+static void gelu_bwd_cpu(void *buffers[], void *cl_arg)
+{
+	(void)cl_arg;
+	size_t count = gelu_bwd_check(buffers);
+	_dos_gelu_bwd_cpu(F32(0), F32(1), F32(2), count);
+}
+
+static void xent_cpu(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	xent_check(buffers, a);
+	_dos_xent_cpu(F32(0), I32(1), F32(2), F32(3), a->n, a->V, a->grad_scale);
+}
+
+/* ---- CUDA (asynchronous on StarPU's stream; cuBLAS through StarPU's handle, which
+ * starpu_cublas_init() binds to that stream) ------------------------------------------- */
+#ifdef DOS_USE_CUDA
+static void embed_fwd_cuda(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	embed_fwd_check(buffers, a);
+	DOS_CUDA_CHECK(
+		_dos_embed_fwd_cuda(I32(0), F32(1), F32(2), F32(3), a->n, a->T, a->d, starpu_cuda_get_local_stream()));
+}
+
+static void embed_bwd_cuda(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	embed_bwd_check(buffers, a);
+	DOS_CUDA_CHECK(_dos_embed_bwd_cuda(I32(0), F32(1), F32(2), F32(3), a->n, a->T, a->d, a->V, a->accumulate,
+					   starpu_cuda_get_local_stream()));
+}
+
+static void rmsnorm_fwd_cuda(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	rmsnorm_fwd_check(buffers, a);
+	DOS_CUDA_CHECK(
+		_dos_rmsnorm_fwd_cuda(F32(0), F32(1), F32(2), F32(3), a->n, a->d, starpu_cuda_get_local_stream()));
+}
+
+static void rmsnorm_bwd_cuda(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	rmsnorm_bwd_check(buffers, a);
+	DOS_CUDA_CHECK(_dos_rmsnorm_bwd_cuda(F32(0), F32(1), F32(2), F32(3), F32(4), F32(5), a->n, a->d, a->accumulate,
+					     a->accumulate2, starpu_cuda_get_local_stream()));
+}
+
+static void linear_fwd_cuda(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	int residual = linear_fwd_check(buffers, a);
+	DOS_CUBLAS_CHECK(_dos_linear_fwd_cuda(starpu_cublas_get_local_handle(), F32(0), F32(1),
+					      residual ? F32(3) : NULL, F32(2), a->n, a->d, a->out,
+					      starpu_cuda_get_local_stream()));
+}
+
+static void linear_bwd_data_cuda(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	linear_bwd_data_check(buffers, a);
+	DOS_CUBLAS_CHECK(_dos_linear_bwd_data_cuda(starpu_cublas_get_local_handle(), F32(0), F32(1), F32(2), a->n, a->d,
+						   a->out, a->accumulate));
+}
+
+static void linear_bwd_weight_cuda(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	linear_bwd_weight_check(buffers, a);
+	DOS_CUBLAS_CHECK(_dos_linear_bwd_weight_cuda(starpu_cublas_get_local_handle(), F32(0), F32(1), F32(2), a->n,
+						     a->d, a->out, a->accumulate));
+}
+
+static void attention_fwd_cuda(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	attention_fwd_check(buffers, a);
+	DOS_CUDA_CHECK(_dos_attention_fwd_cuda(starpu_cublas_get_local_handle(), F32(0), F32(1), F32(2), a->B, a->T,
+					       a->H, a->hd, starpu_cuda_get_local_stream()));
+}
+
+static void attention_bwd_cuda(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	attention_bwd_check(buffers, a);
+	DOS_CUDA_CHECK(_dos_attention_bwd_cuda(starpu_cublas_get_local_handle(), F32(0), F32(1), F32(2), F32(3), a->B,
+					       a->T, a->H, a->hd, starpu_cuda_get_local_stream()));
+}
+
+static void gelu_fwd_cuda(void *buffers[], void *cl_arg)
+{
+	(void)cl_arg;
+	size_t count = gelu_fwd_check(buffers);
+	DOS_CUDA_CHECK(_dos_gelu_fwd_cuda(F32(0), F32(1), count, starpu_cuda_get_local_stream()));
+}
+
+static void gelu_bwd_cuda(void *buffers[], void *cl_arg)
+{
+	(void)cl_arg;
+	size_t count = gelu_bwd_check(buffers);
+	DOS_CUDA_CHECK(_dos_gelu_bwd_cuda(F32(0), F32(1), F32(2), count, starpu_cuda_get_local_stream()));
+}
+
+static void xent_cuda(void *buffers[], void *cl_arg)
+{
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	xent_check(buffers, a);
+	DOS_CUDA_CHECK(_dos_xent_cuda(F32(0), I32(1), F32(2), F32(3), a->n, a->V, a->grad_scale,
+				      starpu_cuda_get_local_stream()));
+}
+#endif /* DOS_USE_CUDA */
+
+DOS_DEFINE_CODELET(embed_fwd, embed_fwd_cpu, embed_fwd_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(embed_bwd, embed_bwd_cpu, embed_bwd_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(rmsnorm_fwd, rmsnorm_fwd_cpu, rmsnorm_fwd_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(rmsnorm_bwd, rmsnorm_bwd_cpu, rmsnorm_bwd_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(linear_fwd, linear_fwd_cpu, linear_fwd_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(linear_bwd_data, linear_bwd_data_cpu, linear_bwd_data_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(linear_bwd_weight, linear_bwd_weight_cpu, linear_bwd_weight_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(attention_fwd, attention_fwd_cpu, attention_fwd_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(attention_bwd, attention_bwd_cpu, attention_bwd_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(gelu_fwd, gelu_fwd_cpu, gelu_fwd_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(gelu_bwd, gelu_bwd_cpu, gelu_bwd_cuda, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET(xent, xent_cpu, xent_cuda, STARPU_VARIABLE_NBUFFERS);

@@ -1,7 +1,8 @@
 /* The StarPU codelets of the example model: one per kernel of model_kernels.h, each with a
  * CPU and a CUDA implementation and a regression perfmodel. The graph builder
- * (graph/model.c) inserts them with the buffers in the order listed and one argument
- * struct passed by value (STARPU_VALUE). All buffers are vector handles. */
+ * (graph/model.c) inserts them with the buffers in the order listed and cl_arg pointing to
+ * a struct _dos_model_args (STARPU_CL_ARGS with a malloc'd copy, not STARPU_VALUE, which
+ * would pack it). All buffers are vector handles. */
 #ifndef DOS_MODEL_CODELETS_H
 #define DOS_MODEL_CODELETS_H
 

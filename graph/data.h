@@ -1,1 +1,41 @@
-/* placeholder: being written */
+/* Training data: the corpus (bytes are tokens) and the reproducible order in which
+ * micro-batches are drawn from it (docs/model.md: the PyTorch reference draws the same). */
+#ifndef DOS_DATA_H
+#define DOS_DATA_H
+
+#include <starpu.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* splitmix64: the generator of docs/model.md, for weights and batches alike. */
+static inline uint64_t dos_splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+#define DOS_DATA_SEED_MIX 0xD1B54A32D192ED03ull
+
+struct dos_corpus {
+	uint8_t *bytes; /* starpu_malloc'd (pinned when CUDA workers exist) */
+	uint64_t len;
+	starpu_data_handle_t handle; /* the bytes as a vector of uint8, home in main memory */
+	uint64_t rng;		     /* batch-order generator */
+};
+
+/* Reads `path` (after starpu_init) and registers it. Errors: -EINVAL when seq_len + 1
+ * exceeds the file's length (message names the file and both sizes), -errno when it
+ * cannot be read (message names the file), -ENOMEM. */
+int dos_corpus_load(struct dos_corpus *c, const char *path, uint32_t seq_len, uint64_t seed);
+void dos_corpus_free(struct dos_corpus *c);
+
+/* Draws the next micro-batch of `nseq` sequences of `seq_len` tokens: returns registered
+ * ids and targets handles (int32, no home: StarPU allocates them where they are used) and
+ * submits the task that fills them. The caller unregisters them (submit) after their last
+ * use. Returns 0 or a negative errno. */
+int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
+			  starpu_data_handle_t *ids, starpu_data_handle_t *targets);
+
+#endif /* DOS_DATA_H */

@@ -1,2 +1,238 @@
-/* placeholder: being written */
-extern int dos_placeholder_iteration;
+/* The optimizer step's task graph (iteration.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "flat.h"
+#include "iteration.h"
+
+static void submit_task(struct dos_optimizer *opt, struct starpu_task *task)
+{
+	task->sched_ctx = opt->cfg.sched_ctx;
+	if (opt->hook)
+		opt->hook(opt->hook_arg, task);
+	int err = starpu_task_submit(task);
+	/* a refused submission leaves a half-built step that cannot be undone: a bug */
+	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", task->cl->name, err);
+}
+
+static int check_config(const struct dos_optimizer_config *c)
+{
+	struct dos_adam_step probe;
+	int err;
+	if (c->weight_dtype != DOS_FP32 && c->weight_dtype != DOS_FP16 && c->weight_dtype != DOS_BF16)
+		return DOS_FAIL(-EINVAL, "weight_dtype = %d is not fp32, fp16 or bf16", (int)c->weight_dtype);
+	if (c->grad_dtype != DOS_FP32 && c->grad_dtype != c->weight_dtype)
+		return DOS_FAIL(-EINVAL, "grad_dtype = %s must be fp32 or the weight dtype %s", dos_dtype_name(c->grad_dtype),
+				dos_dtype_name(c->weight_dtype));
+	if ((err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)))
+		return err;
+	if (!(c->clip_norm >= 0) || !isfinite(c->clip_norm))
+		return DOS_FAIL(-EINVAL, "clip_norm = %g must be finite and >= 0 (0 turns clipping off)", c->clip_norm);
+	if (c->dynamic_loss_scale &&
+	    (!(c->loss_scale_init >= 1) || !isfinite(c->loss_scale_init) || c->loss_scale_window == 0))
+		return DOS_FAIL(-EINVAL, "loss scaling needs loss_scale_init >= 1 (got %g) and a window > 0 (got %u)",
+				c->loss_scale_init, c->loss_scale_window);
+	return 0;
+}
+
+int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_config *cfg, uint32_t ntensors,
+			 const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
+			 const float *initial)
+{
+	int err;
+	if (!opt)
+		return DOS_FAIL(-EINVAL, "opt is NULL");
+	*opt = (struct dos_optimizer){0};
+	if (!cfg || !numel || !weights || !grads || !initial)
+		return DOS_FAIL(-EINVAL, "NULL argument (cfg %p, numel %p, weights %p, grads %p, initial %p)",
+				(const void *)cfg, (const void *)numel, (void *)weights, (void *)grads,
+				(const void *)initial);
+	if ((err = check_config(cfg)))
+		return err;
+	if ((err = dos_subgroup_map_build(&opt->map, numel, ntensors, cfg->subgroup_size)))
+		return err;
+	opt->cfg = *cfg;
+	opt->tensor_weight = weights;
+	opt->tensor_grad = grads;
+	opt->loss_scale = cfg->dynamic_loss_scale ? cfg->loss_scale_init : 1.0;
+
+	uint64_t P = opt->map.nparams;
+	uint32_t N = opt->map.nsubgroups;
+	int sixteen = cfg->weight_dtype != DOS_FP32;
+	if (starpu_malloc((void **)&opt->master, P * sizeof(float)) || starpu_malloc((void **)&opt->m, P * sizeof(float)) ||
+	    starpu_malloc((void **)&opt->v, P * sizeof(float)))
+		goto no_memory;
+	starpu_data_handle_t **arrays[] = {&opt->master_h, &opt->m_h, &opt->v_h, &opt->grad_h, &opt->weight16_h,
+					   &opt->stats_h};
+	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
+		if (!(*arrays[i] = calloc(N, sizeof(starpu_data_handle_t))))
+			goto no_memory;
+	memcpy(opt->master, initial, P * sizeof(float));
+	memset(opt->m, 0, P * sizeof(float));
+	memset(opt->v, 0, P * sizeof(float));
+	for (uint32_t s = 0; s < N; s++) {
+		uint64_t begin = (uint64_t)s * cfg->subgroup_size;
+		uint32_t len = (uint32_t)dos_subgroup_len(&opt->map, s);
+		starpu_vector_data_register(&opt->master_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->master + begin), len,
+					    sizeof(float));
+		starpu_vector_data_register(&opt->m_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->m + begin), len,
+					    sizeof(float));
+		starpu_vector_data_register(&opt->v_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->v + begin), len,
+					    sizeof(float));
+		starpu_vector_data_register(&opt->grad_h[s], -1, 0, len, dos_dtype_size(cfg->grad_dtype));
+		if (sixteen)
+			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
+		starpu_variable_data_register(&opt->stats_h[s], -1, 0, sizeof(struct dos_grad_stats));
+	}
+	return 0;
+no_memory:
+	dos_optimizer_destroy(opt);
+	return DOS_FAIL(-ENOMEM, "no memory for the optimizer state of %llu parameters", (unsigned long long)P);
+}
+
+void dos_optimizer_destroy(struct dos_optimizer *opt)
+{
+	if (!opt)
+		return;
+	starpu_data_handle_t *arrays[] = {opt->master_h, opt->m_h, opt->v_h, opt->grad_h, opt->weight16_h, opt->stats_h};
+	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) {
+		for (uint32_t s = 0; arrays[i] && s < opt->map.nsubgroups; s++)
+			if (arrays[i][s])
+				starpu_data_unregister(arrays[i][s]);
+		free(arrays[i]);
+	}
+	uint64_t bytes = opt->map.nparams * sizeof(float);
+	float *flat[] = {opt->master, opt->m, opt->v};
+	for (size_t i = 0; i < 3; i++)
+		if (flat[i])
+			starpu_free_noflag(flat[i], bytes);
+	dos_subgroup_map_free(&opt->map);
+	*opt = (struct dos_optimizer){0};
+}
+
+/* Subgroup s's gradient from the tensor gradients its pieces lie in. */
+static void submit_gather(struct dos_optimizer *opt, uint32_t s)
+{
+	const struct dos_subgroup_map *map = &opt->map;
+	uint32_t first = map->subgroup_first[s], count = map->subgroup_first[s + 1] - first;
+	starpu_data_handle_t sources[count];
+	struct dos_flat_piece pieces[count];
+	for (uint32_t k = 0; k < count; k++) {
+		const struct dos_piece *p = &map->pieces[first + k];
+		sources[k] = opt->tensor_grad[p->tensor];
+		pieces[k] = (struct dos_flat_piece){
+			.source = k, .source_offset = p->tensor_offset, .destination_offset = p->subgroup_offset, .len = p->len};
+	}
+	struct starpu_task *task;
+	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, DOS_FP32, count, pieces, count,
+					     opt->cfg.sched_ctx, &task);
+	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
+	submit_task(opt, task);
+}
+
+/* Tensor t's working weights from the subgroups its pieces lie in. */
+static void submit_refresh(struct dos_optimizer *opt, uint32_t t)
+{
+	const struct dos_subgroup_map *map = &opt->map;
+	uint32_t first = map->tensor_first[t], count = map->tensor_first[t + 1] - first;
+	int sixteen = opt->cfg.weight_dtype != DOS_FP32;
+	starpu_data_handle_t sources[count];
+	struct dos_flat_piece pieces[count];
+	for (uint32_t k = 0; k < count; k++) {
+		const struct dos_piece *p = &map->pieces[first + k];
+		sources[k] = sixteen ? opt->weight16_h[p->subgroup] : opt->master_h[p->subgroup];
+		pieces[k] = (struct dos_flat_piece){
+			.source = k, .source_offset = p->subgroup_offset, .destination_offset = p->tensor_offset, .len = p->len};
+	}
+	struct starpu_task *task;
+	int err = _dos_flat_copy_task_create(opt->tensor_weight[t], DOS_FP32, sources, opt->cfg.weight_dtype, count,
+					     pieces, count, opt->cfg.sched_ctx, &task);
+	STARPU_ASSERT_MSG(err == 0, "out of memory building the weight refresh of tensor %u", t);
+	submit_task(opt, task);
+}
+
+/* The global statistics (sum of squares, overflow) in subgroup order: the same bits
+ * wherever each subgroup's statistics were computed. */
+static int global_stats(struct dos_optimizer *opt, double *sum_sq, uint32_t *overflow_subgroup)
+{
+	uint32_t N = opt->map.nsubgroups;
+	for (uint32_t s = 0; s < N; s++) {
+		struct starpu_task *task;
+		int err = dos_grad_stats_task_create(opt->grad_h[s], opt->cfg.grad_dtype, opt->stats_h[s], &task);
+		if (err)
+			return err;
+		submit_task(opt, task);
+	}
+	*sum_sq = 0;
+	*overflow_subgroup = UINT32_MAX;
+	for (uint32_t s = 0; s < N; s++) {
+		int err = starpu_data_acquire(opt->stats_h[s], STARPU_R);
+		if (err)
+			return DOS_FAIL(err, "reading the gradient statistics of subgroup %u failed (%d)", s, err);
+		const struct dos_grad_stats *st = (const void *)starpu_variable_get_local_ptr(opt->stats_h[s]);
+		if (st->nonfinite && *overflow_subgroup == UINT32_MAX)
+			*overflow_subgroup = s;
+		*sum_sq += st->sum_sq;
+		starpu_data_release(opt->stats_h[s]);
+	}
+	return 0;
+}
+
+int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report *report)
+{
+	if (!opt || !opt->master_h || !report)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, report %p)", (void *)opt, (void *)report);
+	const struct dos_optimizer_config *c = &opt->cfg;
+	uint32_t N = opt->map.nsubgroups;
+	*report = (struct dos_step_report){.applied = 1, .grad_norm = -1, .loss_scale_used = opt->loss_scale,
+					   .overflow_subgroup = UINT32_MAX};
+	for (uint32_t s = 0; s < N; s++)
+		submit_gather(opt, s);
+
+	double multiplier = 1.0 / opt->loss_scale;
+	if (c->clip_norm > 0 || c->dynamic_loss_scale) {
+		double sum_sq;
+		int err = global_stats(opt, &sum_sq, &report->overflow_subgroup);
+		if (err)
+			return err;
+		if (report->overflow_subgroup != UINT32_MAX) {
+			/* inf/nan somewhere: the step is dropped and the state stays bit-for-bit */
+			report->applied = 0;
+			opt->skipped_steps++;
+			if (c->dynamic_loss_scale) {
+				opt->loss_scale = opt->loss_scale / 2 >= 1 ? opt->loss_scale / 2 : 1;
+				opt->good_steps = 0;
+			}
+			return 0;
+		}
+		report->grad_norm = sqrt(sum_sq) / opt->loss_scale;
+		/* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), capped at 1 */
+		if (c->clip_norm > 0 && report->grad_norm > c->clip_norm)
+			multiplier *= c->clip_norm / (report->grad_norm + 1e-6);
+		if (c->dynamic_loss_scale && ++opt->good_steps >= c->loss_scale_window) {
+			opt->loss_scale *= 2;
+			opt->good_steps = 0;
+		}
+	}
+
+	struct dos_adam_step step;
+	int err = dos_adam_step_init(&step, &c->hp, opt->step + 1, multiplier);
+	if (err)
+		return err;
+	for (uint32_t s = 0; s < N; s++) {
+		struct starpu_task *task;
+		err = dos_adam_task_create(&step, opt->master_h[s], opt->m_h[s], opt->v_h[s], opt->grad_h[s], c->grad_dtype,
+					   c->weight_dtype != DOS_FP32 ? opt->weight16_h[s] : NULL, c->weight_dtype,
+					   &task);
+		if (err)
+			return err;
+		submit_task(opt, task);
+	}
+	opt->step++;
+	for (uint32_t t = 0; t < opt->map.ntensors; t++)
+		submit_refresh(opt, t);
+	return 0;
+}

@@ -1,1 +1,75 @@
-/* placeholder: being written */
+/* The optimizer half of a training iteration: fp32 master weights and Adam moments of
+ * every subgroup, and the tasks one step submits (graph/README.md):
+ *
+ *   gather   per subgroup: its gradient from the tensor gradients it straddles (narrowed
+ *            to the gradient dtype); depends only on those tensors' final gradients;
+ *   stats    per subgroup, then one host-side reduction in subgroup order: only when
+ *            clipping or dynamic loss scaling is on (the barrier they need);
+ *   update   per subgroup: dos_adam (placed by the scheduling policy);
+ *   refresh  per tensor: its working weights from the updated subgroups (widened to
+ *            fp32), which the next forward reads.
+ *
+ * Nothing else: with clipping and loss scaling off, an update starts as soon as its
+ * subgroup's tensors have their final gradients, while backward still runs below it.
+ * The same builder serves dos-train's model and host applications: it only needs the
+ * tensors' weight and gradient handles. */
+#ifndef DOS_ITERATION_H
+#define DOS_ITERATION_H
+
+#include <starpu.h>
+
+#include "dos.h"
+#include "model.h"
+#include "subgroups.h"
+
+struct dos_optimizer_config {
+	uint64_t subgroup_size;
+	/* DOS_FP32: the working weights are copies of the master weights; DOS_FP16/DOS_BF16:
+	 * the update also writes 16-bit weights, which the refresh widens for the model */
+	enum dos_dtype weight_dtype;
+	enum dos_dtype grad_dtype; /* the subgroup gradient's dtype (fp32, or = weight_dtype) */
+	struct dos_adam_hparams hp;
+	double clip_norm;	/* global-norm clipping threshold; 0 = off */
+	int dynamic_loss_scale; /* skip steps whose gradients overflow; scale backs off / grows */
+	double loss_scale_init;	   /* dynamic: initial scale (e.g. 65536); else ignored (1) */
+	uint32_t loss_scale_window; /* dynamic: steps without overflow before the scale doubles */
+	unsigned sched_ctx;
+};
+
+struct dos_optimizer {
+	struct dos_optimizer_config cfg;
+	struct dos_subgroup_map map;
+	float *master, *m, *v; /* flat, pinned (starpu_malloc) */
+	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h; /* per subgroup */
+	starpu_data_handle_t *tensor_weight, *tensor_grad;			   /* not owned */
+	uint64_t step;		/* updates applied so far */
+	uint64_t skipped_steps; /* steps dropped for overflow */
+	double loss_scale;	/* 1 without dynamic loss scaling */
+	uint32_t good_steps;	/* since the last change of the scale */
+	dos_task_hook hook;
+	void *hook_arg;
+};
+
+/* What one submitted step did. */
+struct dos_step_report {
+	int applied;	  /* 0 when skipped for overflow */
+	double grad_norm; /* unscaled global norm, when clipping or loss scaling is on; else -1 */
+	double loss_scale_used;
+	uint32_t overflow_subgroup; /* first subgroup with inf/nan gradients, when skipped */
+};
+
+/* Creates the optimizer over `ntensors` tensors (weights: fp32 handles the refresh
+ * writes; grads: fp32 handles backward writes), with master weights initialised from
+ * `initial` (flat, fp32). Errors: -EINVAL naming the bad field (NULL, subgroup size, dtypes,
+ * hyper-parameters, clip_norm < 0, loss-scale settings), -ENOMEM. */
+int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_config *cfg, uint32_t ntensors,
+			 const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
+			 const float *initial);
+/* Submits one step over the gradients the graph has produced (or will produce: tasks
+ * depend on them through the handles). Blocks only when clipping or loss scaling needs
+ * the global statistics. Returns 0 or a negative errno. */
+int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report *report);
+/* Waits for the optimizer's tasks and frees everything (master, m, v are up to date). */
+void dos_optimizer_destroy(struct dos_optimizer *opt);
+
+#endif /* DOS_ITERATION_H */

@@ -1,2 +1,402 @@
-/* placeholder: being written */
-extern int dos_placeholder_model;
+/* The example model's task graph (model.h, docs/model.md). Every operation is one task
+ * of a model codelet; StarPU's sequential consistency orders them through the handles,
+ * so the graph is the program order below and the runtime finds the parallelism (the
+ * weight-gradient products of a layer run beside the next data-gradient products, and
+ * the optimizer's updates of a layer can start as soon as its gradients are final). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "errors.h"
+#include "model.h"
+#include "model_codelets.h"
+
+int dos_model_shape_check(const struct dos_model_shape *s)
+{
+	if (!s)
+		return DOS_FAIL(-EINVAL, "shape is NULL");
+	const struct {
+		const char *name;
+		uint32_t value;
+	} fields[] = {{"vocab", s->vocab}, {"hidden", s->hidden}, {"heads", s->heads},
+		      {"ffn", s->ffn},	   {"layers", s->layers}, {"seq_len", s->seq_len}};
+	for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+		if (fields[i].value == 0)
+			return DOS_FAIL(-EINVAL, "model %s = 0: every size must be positive", fields[i].name);
+	if (s->hidden % s->heads)
+		return DOS_FAIL(-EINVAL, "model hidden = %u is not a multiple of heads = %u", s->hidden, s->heads);
+	/* the largest tensors must fit a StarPU vector's 32-bit element count */
+	uint64_t widest = s->vocab > s->ffn ? s->vocab : s->ffn;
+	if (widest > 3 && (uint64_t)s->hidden * widest > UINT32_MAX)
+		return DOS_FAIL(-EINVAL, "model hidden = %u times %u does not fit 2^32 elements", s->hidden,
+				(unsigned)widest);
+	return 0;
+}
+
+uint64_t dos_model_param_count(const struct dos_model_shape *s, uint64_t *numel)
+{
+	uint64_t d = s->hidden, F = s->ffn, V = s->vocab, T = s->seq_len;
+	uint64_t layer[DOS_T_PER_LAYER] = {[DOS_T_LN1] = d,	    [DOS_T_QKV] = 3 * d * d, [DOS_T_O] = d * d,
+					   [DOS_T_LN2] = d,	    [DOS_T_FC1] = F * d,     [DOS_T_FC2] = d * F};
+	uint64_t total = 0, t = 0;
+#define ADD(n)                     \
+	do {                       \
+		if (numel)         \
+			numel[t] = (n); \
+		t++;               \
+		total += (n);      \
+	} while (0)
+	ADD(V * d);
+	ADD(T * d);
+	for (uint32_t l = 0; l < s->layers; l++)
+		for (int k = 0; k < DOS_T_PER_LAYER; k++)
+			ADD(layer[k]);
+	ADD(d);
+	ADD(V * d);
+#undef ADD
+	return total;
+}
+
+static int is_norm_weight(const struct dos_model_shape *s, uint32_t t)
+{
+	if (t == DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers)
+		return 1; /* lnf */
+	if (t < DOS_T_LAYER0 || t >= DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers)
+		return 0;
+	uint32_t k = (t - DOS_T_LAYER0) % DOS_T_PER_LAYER;
+	return k == DOS_T_LN1 || k == DOS_T_LN2;
+}
+
+void dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, float *flat)
+{
+	uint32_t ntensors = DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers + 2;
+	uint64_t numel[ntensors];
+	dos_model_param_count(s, numel);
+	const float amplitude = (float)(0.02 * sqrt(3.0)); /* uniform with std 0.02 */
+	uint64_t rng = seed;
+	for (uint32_t t = 0; t < ntensors; t++) {
+		for (uint64_t i = 0; i < numel[t]; i++) {
+			if (is_norm_weight(s, t)) {
+				*flat++ = 1.0f;
+				continue;
+			}
+			float u = (float)(dos_splitmix64(&rng) >> 40) * 0x1.0p-24f;
+			*flat++ = (2.0f * u - 1.0f) * amplitude;
+		}
+	}
+}
+
+int dos_model_create(struct dos_model *m, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
+		     int checkpoint_activations, unsigned sched_ctx)
+{
+	int err;
+	if (!m)
+		return DOS_FAIL(-EINVAL, "model is NULL");
+	*m = (struct dos_model){0};
+	if ((err = dos_model_shape_check(shape)))
+		return err;
+	if (batch == 0)
+		return DOS_FAIL(-EINVAL, "micro-batch = 0 sequences");
+	if ((uint64_t)batch * shape->seq_len * (shape->vocab > 3 * shape->hidden ? shape->vocab : 3 * shape->hidden) >
+		    UINT32_MAX ||
+	    (uint64_t)batch * shape->heads * shape->seq_len * shape->seq_len > UINT32_MAX)
+		return DOS_FAIL(-EINVAL, "micro-batch = %u sequences of %u tokens: activations exceed 2^32 elements",
+				batch, shape->seq_len);
+	m->shape = *shape;
+	m->batch = batch;
+	m->checkpoint_activations = checkpoint_activations;
+	m->sched_ctx = sched_ctx;
+	m->ntensors = DOS_T_LAYER0 + DOS_T_PER_LAYER * shape->layers + 2;
+	m->numel = calloc(m->ntensors, sizeof *m->numel);
+	m->weight = calloc(m->ntensors, sizeof *m->weight);
+	m->grad = calloc(m->ntensors, sizeof *m->grad);
+	if (!m->numel || !m->weight || !m->grad)
+		goto no_memory;
+	m->nparams = dos_model_param_count(shape, m->numel);
+	if (starpu_malloc((void **)&m->weights, m->nparams * sizeof(float)) != 0)
+		goto no_memory;
+	dos_model_init_weights(shape, seed, m->weights);
+	uint64_t offset = 0;
+	for (uint32_t t = 0; t < m->ntensors; t++) {
+		starpu_vector_data_register(&m->weight[t], STARPU_MAIN_RAM, (uintptr_t)(m->weights + offset),
+					    (uint32_t)m->numel[t], sizeof(float));
+		starpu_vector_data_register(&m->grad[t], -1, 0, (uint32_t)m->numel[t], sizeof(float));
+		offset += m->numel[t];
+	}
+	return 0;
+no_memory:
+	free(m->numel);
+	free(m->weight);
+	free(m->grad);
+	*m = (struct dos_model){0};
+	return DOS_FAIL(-ENOMEM, "no memory for the model's parameters");
+}
+
+void dos_model_destroy(struct dos_model *m)
+{
+	if (!m || !m->numel)
+		return;
+	for (uint32_t t = 0; t < m->ntensors; t++) {
+		starpu_data_unregister(m->weight[t]);
+		starpu_data_unregister(m->grad[t]);
+	}
+	starpu_free_noflag(m->weights, m->nparams * sizeof(float));
+	free(m->numel);
+	free(m->weight);
+	free(m->grad);
+	*m = (struct dos_model){0};
+}
+
+/* ---- task submission ------------------------------------------------------------------ */
+
+struct buffer {
+	starpu_data_handle_t handle;
+	enum starpu_data_access_mode mode;
+};
+
+/* One task of `cl` over `buffers` with a private copy of `args`. Submission errors abort:
+ * they mean a broken graph (a bug), and a half-submitted iteration cannot be undone. */
+static void submit(struct dos_model *m, struct starpu_codelet *cl, const struct _dos_model_args *args,
+		   const struct buffer *buffers, int nbuffers)
+{
+	struct starpu_task *task = starpu_task_create();
+	struct _dos_model_args *copy = malloc(sizeof *copy);
+	STARPU_ASSERT_MSG(task && copy, "out of memory submitting %s", cl->name);
+	STARPU_ASSERT(nbuffers <= STARPU_NMAXBUFS);
+	*copy = *args;
+	task->cl = cl;
+	task->cl_arg = copy;
+	task->cl_arg_size = sizeof *copy;
+	task->cl_arg_free = 1;
+	task->sched_ctx = m->sched_ctx;
+	task->nbuffers = nbuffers;
+	for (int i = 0; i < nbuffers; i++) {
+		task->handles[i] = buffers[i].handle;
+		task->modes[i] = buffers[i].mode;
+	}
+	if (m->hook)
+		m->hook(m->hook_arg, task);
+	int err = starpu_task_submit(task);
+	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", cl->name, err);
+}
+
+static starpu_data_handle_t activation(uint64_t count)
+{
+	starpu_data_handle_t h;
+	starpu_vector_data_register(&h, -1, 0, (uint32_t)count, sizeof(float));
+	return h;
+}
+
+static void release(starpu_data_handle_t *h)
+{
+	if (*h) {
+		starpu_data_unregister_submit(*h);
+		*h = NULL;
+	}
+}
+
+static enum starpu_data_access_mode out_mode(int accumulate)
+{
+	return accumulate ? STARPU_RW : STARPU_W;
+}
+
+static void linear_fwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_handle_t w,
+		       starpu_data_handle_t residual, starpu_data_handle_t y, uint32_t n, uint32_t in, uint32_t out)
+{
+	struct _dos_model_args a = {.n = n, .d = in, .out = out};
+	struct buffer b[] = {{x, STARPU_R}, {w, STARPU_R}, {y, STARPU_W}, {residual, STARPU_R}};
+	submit(m, &_dos_linear_fwd_codelet, &a, b, residual ? 4 : 3);
+}
+
+/* dx (+)= dy w and dw (+)= dy^T x for y = x w^T. */
+static void linear_bwd(struct dos_model *m, starpu_data_handle_t dy, starpu_data_handle_t w, starpu_data_handle_t x,
+		       starpu_data_handle_t dx, int accumulate_dx, starpu_data_handle_t dw, int accumulate_dw,
+		       uint32_t n, uint32_t in, uint32_t out)
+{
+	struct _dos_model_args a = {.n = n, .d = in, .out = out, .accumulate = accumulate_dx};
+	struct buffer bd[] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, out_mode(accumulate_dx)}};
+	submit(m, &_dos_linear_bwd_data_codelet, &a, bd, 3);
+	a.accumulate = accumulate_dw;
+	struct buffer bw[] = {{dy, STARPU_R}, {x, STARPU_R}, {dw, out_mode(accumulate_dw)}};
+	submit(m, &_dos_linear_bwd_weight_codelet, &a, bw, 3);
+}
+
+static void rmsnorm_fwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t y,
+			starpu_data_handle_t rstd, uint32_t n)
+{
+	struct _dos_model_args a = {.n = n, .d = m->shape.hidden};
+	struct buffer b[] = {{x, STARPU_R}, {w, STARPU_R}, {y, STARPU_W}, {rstd, STARPU_W}};
+	submit(m, &_dos_rmsnorm_fwd_codelet, &a, b, 4);
+}
+
+static void rmsnorm_bwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_handle_t w,
+			starpu_data_handle_t rstd, starpu_data_handle_t dy, starpu_data_handle_t dx, int accumulate_dx,
+			starpu_data_handle_t dw, int accumulate_dw, uint32_t n)
+{
+	struct _dos_model_args a = {
+		.n = n, .d = m->shape.hidden, .accumulate = accumulate_dx, .accumulate2 = accumulate_dw};
+	struct buffer b[] = {{x, STARPU_R},  {w, STARPU_R},			    {rstd, STARPU_R},
+			     {dy, STARPU_R}, {dx, out_mode(accumulate_dx)}, {dw, out_mode(accumulate_dw)}};
+	submit(m, &_dos_rmsnorm_bwd_codelet, &a, b, 6);
+}
+
+/* What one layer's backward pass needs from its forward pass. */
+struct layer_activations {
+	starpu_data_handle_t h1, rstd1, qkv, att, probs, xmid, h2, rstd2, u, a;
+};
+
+static void release_layer(struct layer_activations *act)
+{
+	starpu_data_handle_t *all[] = {&act->h1,   &act->rstd1, &act->qkv, &act->att, &act->probs,
+				       &act->xmid, &act->h2,    &act->rstd2, &act->u, &act->a};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		release(all[i]);
+}
+
+static starpu_data_handle_t layer_param(struct dos_model *m, starpu_data_handle_t *array, uint32_t l, int k)
+{
+	return array[DOS_T_LAYER0 + DOS_T_PER_LAYER * l + k];
+}
+
+/* Layer l's forward from x; returns x_out unless `recompute` (backward needs only the
+ * activations, not the layer's output). */
+static starpu_data_handle_t layer_forward(struct dos_model *m, uint32_t l, starpu_data_handle_t x,
+					  struct layer_activations *act, int recompute)
+{
+	const struct dos_model_shape *s = &m->shape;
+	uint32_t n = m->batch * s->seq_len, d = s->hidden, F = s->ffn;
+	act->h1 = activation((uint64_t)n * d);
+	act->rstd1 = activation(n);
+	rmsnorm_fwd(m, x, layer_param(m, m->weight, l, DOS_T_LN1), act->h1, act->rstd1, n);
+	act->qkv = activation((uint64_t)n * 3 * d);
+	linear_fwd(m, act->h1, layer_param(m, m->weight, l, DOS_T_QKV), NULL, act->qkv, n, d, 3 * d);
+	act->att = activation((uint64_t)n * d);
+	act->probs = activation((uint64_t)m->batch * s->heads * s->seq_len * s->seq_len);
+	struct _dos_model_args aa = {.n = n, .B = m->batch, .T = s->seq_len, .H = s->heads, .hd = d / s->heads, .d = d};
+	struct buffer ab[] = {{act->qkv, STARPU_R}, {act->att, STARPU_W}, {act->probs, STARPU_W}};
+	submit(m, &_dos_attention_fwd_codelet, &aa, ab, 3);
+	act->xmid = activation((uint64_t)n * d);
+	linear_fwd(m, act->att, layer_param(m, m->weight, l, DOS_T_O), x, act->xmid, n, d, d);
+	act->h2 = activation((uint64_t)n * d);
+	act->rstd2 = activation(n);
+	rmsnorm_fwd(m, act->xmid, layer_param(m, m->weight, l, DOS_T_LN2), act->h2, act->rstd2, n);
+	act->u = activation((uint64_t)n * F);
+	linear_fwd(m, act->h2, layer_param(m, m->weight, l, DOS_T_FC1), NULL, act->u, n, d, F);
+	act->a = activation((uint64_t)n * F);
+	struct _dos_model_args ga = {.n = n * F};
+	struct buffer gb[] = {{act->u, STARPU_R}, {act->a, STARPU_W}};
+	submit(m, &_dos_gelu_fwd_codelet, &ga, gb, 2);
+	if (recompute)
+		return NULL;
+	starpu_data_handle_t x_out = activation((uint64_t)n * d);
+	linear_fwd(m, act->a, layer_param(m, m->weight, l, DOS_T_FC2), act->xmid, x_out, n, F, d);
+	return x_out;
+}
+
+/* Layer l's backward: dx holds d(x_out) and becomes d(x_in). */
+static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t x, struct layer_activations *act,
+			   starpu_data_handle_t dx, int accumulate)
+{
+	const struct dos_model_shape *s = &m->shape;
+	uint32_t n = m->batch * s->seq_len, d = s->hidden, F = s->ffn;
+	starpu_data_handle_t da = activation((uint64_t)n * F);
+	linear_bwd(m, dx, layer_param(m, m->weight, l, DOS_T_FC2), act->a, da, 0, layer_param(m, m->grad, l, DOS_T_FC2),
+		   accumulate, n, F, d);
+	starpu_data_handle_t du = activation((uint64_t)n * F);
+	struct _dos_model_args ga = {.n = n * F};
+	struct buffer gb[] = {{act->u, STARPU_R}, {da, STARPU_R}, {du, STARPU_W}};
+	submit(m, &_dos_gelu_bwd_codelet, &ga, gb, 3);
+	release(&da);
+	starpu_data_handle_t dh = activation((uint64_t)n * d);
+	linear_bwd(m, du, layer_param(m, m->weight, l, DOS_T_FC1), act->h2, dh, 0, layer_param(m, m->grad, l, DOS_T_FC1),
+		   accumulate, n, d, F);
+	release(&du);
+	rmsnorm_bwd(m, act->xmid, layer_param(m, m->weight, l, DOS_T_LN2), act->rstd2, dh, dx, 1,
+		    layer_param(m, m->grad, l, DOS_T_LN2), accumulate, n);
+	starpu_data_handle_t datt = activation((uint64_t)n * d);
+	linear_bwd(m, dx, layer_param(m, m->weight, l, DOS_T_O), act->att, datt, 0, layer_param(m, m->grad, l, DOS_T_O),
+		   accumulate, n, d, d);
+	starpu_data_handle_t dqkv = activation((uint64_t)n * 3 * d);
+	struct _dos_model_args aa = {.n = n, .B = m->batch, .T = s->seq_len, .H = s->heads, .hd = d / s->heads, .d = d};
+	struct buffer ab[] = {{act->qkv, STARPU_R}, {act->probs, STARPU_R}, {datt, STARPU_R}, {dqkv, STARPU_W}};
+	submit(m, &_dos_attention_bwd_codelet, &aa, ab, 4);
+	release(&datt);
+	linear_bwd(m, dqkv, layer_param(m, m->weight, l, DOS_T_QKV), act->h1, dh, 0,
+		   layer_param(m, m->grad, l, DOS_T_QKV), accumulate, n, d, 3 * d);
+	release(&dqkv);
+	rmsnorm_bwd(m, x, layer_param(m, m->weight, l, DOS_T_LN1), act->rstd1, dh, dx, 1,
+		    layer_param(m, m->grad, l, DOS_T_LN1), accumulate, n);
+	release(&dh);
+}
+
+int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
+				float grad_scale, int accumulate, starpu_data_handle_t *loss)
+{
+	if (!m || !m->numel || !ids || !targets || !loss)
+		return DOS_FAIL(-EINVAL, "NULL argument (model %p, ids %p, targets %p, loss %p)", (void *)m,
+				(void *)ids, (void *)targets, (void *)loss);
+	if (!isfinite(grad_scale) || grad_scale <= 0)
+		return DOS_FAIL(-EINVAL, "grad_scale = %g must be finite and positive", grad_scale);
+	const struct dos_model_shape *s = &m->shape;
+	uint32_t n = m->batch * s->seq_len, d = s->hidden, V = s->vocab, L = s->layers;
+	if (starpu_vector_get_nx(ids) != n || starpu_vector_get_nx(targets) != n)
+		return DOS_FAIL(-EINVAL, "ids/targets have %u/%u tokens, the micro-batch has %u",
+				starpu_vector_get_nx(ids), starpu_vector_get_nx(targets), n);
+	uint32_t lnf = DOS_T_LAYER0 + DOS_T_PER_LAYER * L, head = lnf + 1;
+
+	/* forward: x[l] is layer l's input, kept for backward */
+	starpu_data_handle_t x[L + 1];
+	struct layer_activations acts[L];
+	memset(acts, 0, sizeof acts);
+	x[0] = activation((uint64_t)n * d);
+	struct _dos_model_args ea = {.n = n, .T = s->seq_len, .d = d, .V = V};
+	struct buffer eb[] = {{ids, STARPU_R},
+			      {m->weight[DOS_T_TOK_EMB], STARPU_R},
+			      {m->weight[DOS_T_POS_EMB], STARPU_R},
+			      {x[0], STARPU_W}};
+	submit(m, &_dos_embed_fwd_codelet, &ea, eb, 4);
+	for (uint32_t l = 0; l < L; l++) {
+		x[l + 1] = layer_forward(m, l, x[l], &acts[l], 0);
+		if (m->checkpoint_activations)
+			release_layer(&acts[l]);
+	}
+	starpu_data_handle_t hf = activation((uint64_t)n * d), rstdf = activation(n);
+	rmsnorm_fwd(m, x[L], m->weight[lnf], hf, rstdf, n);
+	starpu_data_handle_t logits = activation((uint64_t)n * V), dlogits = activation((uint64_t)n * V);
+	linear_fwd(m, hf, m->weight[head], NULL, logits, n, d, V);
+	starpu_vector_data_register(loss, -1, 0, n, sizeof(float));
+	struct _dos_model_args xa = {.n = n, .V = V, .grad_scale = grad_scale};
+	struct buffer xb[] = {{logits, STARPU_R}, {targets, STARPU_R}, {*loss, STARPU_W}, {dlogits, STARPU_W}};
+	submit(m, &_dos_xent_codelet, &xa, xb, 4);
+	release(&logits);
+	release(&targets);
+
+	/* backward, last layer first: each layer's weight gradients are final (for this
+	 * micro-batch) as soon as its backward tasks end */
+	starpu_data_handle_t dhf = activation((uint64_t)n * d), dx = activation((uint64_t)n * d);
+	linear_bwd(m, dlogits, m->weight[head], hf, dhf, 0, m->grad[head], accumulate, n, d, V);
+	release(&dlogits);
+	rmsnorm_bwd(m, x[L], m->weight[lnf], rstdf, dhf, dx, 0, m->grad[lnf], accumulate, n);
+	release(&dhf);
+	release(&hf);
+	release(&rstdf);
+	release(&x[L]);
+	for (uint32_t l = L; l-- > 0;) {
+		if (m->checkpoint_activations)
+			layer_forward(m, l, x[l], &acts[l], 1);
+		layer_backward(m, l, x[l], &acts[l], dx, accumulate);
+		release_layer(&acts[l]);
+		release(&x[l]);
+	}
+	struct buffer bb[] = {{ids, STARPU_R},
+			      {dx, STARPU_R},
+			      {m->grad[DOS_T_TOK_EMB], out_mode(accumulate)},
+			      {m->grad[DOS_T_POS_EMB], out_mode(accumulate)}};
+	ea.accumulate = accumulate;
+	submit(m, &_dos_embed_bwd_codelet, &ea, bb, 4);
+	release(&dx);
+	release(&ids);
+	return 0;
+}

@@ -1,1 +1,72 @@
-/* placeholder: being written */
+/* The example model of docs/model.md as StarPU tasks: parameters as per-tensor handles
+ * over one flat fp32 array, and the forward and backward pass of one micro-batch
+ * submitted as a task graph (activations registered per micro-batch, released after their
+ * last use, so GPU memory rises in forward and falls in backward). */
+#ifndef DOS_MODEL_H
+#define DOS_MODEL_H
+
+#include <starpu.h>
+#include <stdint.h>
+
+struct dos_model_shape {
+	uint32_t vocab, hidden, heads, ffn, layers, seq_len;
+};
+
+/* Tensor indices in flat order (docs/model.md). */
+enum {
+	DOS_T_TOK_EMB = 0,
+	DOS_T_POS_EMB = 1,
+	DOS_T_LAYER0 = 2, /* then per layer: */
+	DOS_T_LN1 = 0,
+	DOS_T_QKV = 1,
+	DOS_T_O = 2,
+	DOS_T_LN2 = 3,
+	DOS_T_FC1 = 4,
+	DOS_T_FC2 = 5,
+	DOS_T_PER_LAYER = 6,
+};
+
+/* Called on every task the model or the optimizer creates, just before submission
+ * (dos-train watches them for its timeline and phase times). */
+typedef void (*dos_task_hook)(void *arg, struct starpu_task *task);
+
+struct dos_model {
+	struct dos_model_shape shape;
+	uint32_t batch;		    /* sequences per micro-batch */
+	int checkpoint_activations; /* keep only layer inputs; recompute the rest in backward */
+	unsigned sched_ctx;
+	uint32_t ntensors;
+	uint64_t *numel;	       /* [ntensors] */
+	uint64_t nparams;
+	float *weights;		       /* flat working weights (fp32), home of the weight handles */
+	starpu_data_handle_t *weight;  /* [ntensors] */
+	starpu_data_handle_t *grad;    /* [ntensors] fp32 gradients (no home) */
+	dos_task_hook hook;
+	void *hook_arg;
+};
+
+/* Checks a shape: every size > 0, hidden divisible by heads, sizes that fit the 32-bit
+ * element counts of StarPU vectors. Returns 0 or -EINVAL naming the field and value. */
+int dos_model_shape_check(const struct dos_model_shape *shape);
+/* Parameters of a shape, and each tensor's element count in flat order (numel may be
+ * NULL; it has 2 + 6 * layers + 2 entries). */
+uint64_t dos_model_param_count(const struct dos_model_shape *shape, uint64_t *numel);
+/* The initial weights of docs/model.md (bit-exact with the PyTorch reference). */
+void dos_model_init_weights(const struct dos_model_shape *shape, uint64_t seed, float *flat);
+
+/* After starpu_init: allocates and registers the parameters, initialised from `seed`.
+ * Errors: those of dos_model_shape_check, -EINVAL for batch 0, -ENOMEM. */
+int dos_model_create(struct dos_model *model, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
+		     int checkpoint_activations, unsigned sched_ctx);
+/* Waits for the model's tasks, unregisters and frees (model->weights is up to date). */
+void dos_model_destroy(struct dos_model *model);
+
+/* Submits forward and backward of one micro-batch (ids and targets: int32 handles of
+ * batch * seq_len tokens, unregistered here after their last use). Gradients are written
+ * (accumulate = 0) or added (accumulate = 1) into model->grad, scaled by grad_scale (which
+ * folds in 1 / (tokens * micro-batches) and the loss scale). *loss receives a new handle
+ * of per-token losses (fp32, unscaled), which the caller reads and unregisters. */
+int dos_model_submit_microbatch(struct dos_model *model, starpu_data_handle_t ids, starpu_data_handle_t targets,
+				float grad_scale, int accumulate, starpu_data_handle_t *loss);
+
+#endif /* DOS_MODEL_H */

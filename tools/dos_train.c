@@ -1,3 +1,490 @@
-/* placeholder: being written */
-extern int dos_placeholder_dos_train;
-int main(void){return 0;}
+/* dos-train: trains the example model (docs/model.md) on the bundled corpus with the
+ * optimizer's updates placed by a StarPU scheduling policy (`dos` by default), showing
+ * progress and ending with a summary. With no arguments it trains the default small model
+ * for a few hundred steps; see --help. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dos.h"
+#include "timeline.h"
+#include "train.h"
+
+#ifndef DOS_DATA_DIR
+#define DOS_DATA_DIR "."
+#endif
+
+struct preset {
+	const char *name, *what;
+	struct dos_model_shape shape;
+	uint32_t micro_batch;
+	uint64_t subgroup_size, steps;
+};
+
+/* The published shapes (hidden / FFN / layers / heads, sequence 2048, GPT-NeoX vocabulary)
+ * keep their sizes; our MLP has two matrices (GELU), so parameter counts are a little
+ * below the names. */
+static const struct preset presets[] = {
+	{"tiny", "the PyTorch reference's model", {256, 32, 2, 64, 2, 16}, 4, 4096, 50},
+	{"small", "the default: about two minutes on two cores", {256, 128, 4, 512, 4, 64}, 8, 65536, 300},
+	{"1b", "about 1 B parameters, for one GPU", {50304, 2048, 16, 8192, 16, 1024}, 1, 100000000, 20},
+	{"7b", "hidden 4096, FFN 11008, 32 layers, 32 heads", {50304, 4096, 32, 11008, 32, 2048}, 1, 100000000, 10},
+	{"13b", "hidden 5120, FFN 13824, 40 layers, 40 heads", {50304, 5120, 40, 13824, 40, 2048}, 1, 100000000, 10},
+	{"20b", "hidden 5120, FFN 20480, 40 layers, 64 heads", {50304, 5120, 64, 20480, 40, 2048}, 1, 100000000, 10},
+};
+#define DEFAULT_PRESET 1
+
+/* ---- phase times and update placement, from task profiling --------------------------- */
+
+enum phase { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE, PHASE_COUNT };
+static const char *const phase_names[PHASE_COUNT] = {"data", "forward", "backward", "update"};
+
+struct accounting {
+	pthread_mutex_t lock;
+	double busy[PHASE_COUNT]; /* task seconds, summed over workers */
+	uint64_t updates_cpu, updates_gpu;
+	struct dos_timeline *timeline;
+};
+
+static enum phase phase_of(const char *name)
+{
+	size_t len = strlen(name);
+	if (!strcmp(name, "dos_batch"))
+		return PHASE_DATA;
+	if (len > 4 && !strcmp(name + len - 4, "_bwd"))
+		return PHASE_BACKWARD;
+	if (!strncmp(name, "dos_adam", 8) || !strcmp(name, "dos_flat_copy") || !strcmp(name, "dos_grad_stats"))
+		return PHASE_UPDATE;
+	return PHASE_FORWARD; /* *_fwd and the loss */
+}
+
+struct watched {
+	struct accounting *acc;
+	void (*callback)(void *);
+	void *callback_arg;
+};
+
+static void account_task(void *arg)
+{
+	struct watched *w = arg;
+	struct starpu_task *task = starpu_task_get_current();
+	struct starpu_profiling_task_info *info = task ? task->profiling_info : NULL;
+	if (info) {
+		double seconds = starpu_timing_timespec_delay_us(&info->start_time, &info->end_time) * 1e-6;
+		const char *name = starpu_task_get_name(task);
+		pthread_mutex_lock(&w->acc->lock);
+		w->acc->busy[phase_of(name ? name : "")] += seconds;
+		if (task->cl && !strcmp(task->cl->name, "dos_adam")) {
+			if (starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER)
+				w->acc->updates_gpu++;
+			else
+				w->acc->updates_cpu++;
+		}
+		pthread_mutex_unlock(&w->acc->lock);
+	}
+	if (w->callback)
+		w->callback(w->callback_arg);
+	free(w);
+}
+
+static void watch_task(void *arg, struct starpu_task *task)
+{
+	struct accounting *acc = arg;
+	struct watched *w = malloc(sizeof *w);
+	if (w) {
+		*w = (struct watched){acc, task->callback_func, task->callback_arg};
+		task->callback_func = account_task;
+		task->callback_arg = w;
+	}
+	if (acc->timeline)
+		dos_timeline_watch(acc->timeline, task);
+}
+
+static void start_timeline(void *arg)
+{
+	struct accounting *acc = arg;
+	dos_timeline_reset(acc->timeline);
+}
+
+/* ---- progress ---------------------------------------------------------------------- */
+
+struct progress {
+	int tty, quiet;
+	double first_loss, last_loss;
+	uint64_t skipped;
+};
+
+static void format_duration(double s, char *buf, size_t size)
+{
+	if (!(s >= 0) || s > 1e7)
+		snprintf(buf, size, "?");
+	else if (s >= 60)
+		snprintf(buf, size, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+	else
+		snprintf(buf, size, "%.1fs", s);
+}
+
+static void on_step(void *arg, const struct dos_train_progress *p)
+{
+	struct progress *pr = arg;
+	if (p->step == 1)
+		pr->first_loss = p->loss;
+	pr->last_loss = p->loss;
+	pr->skipped += !p->applied;
+	if (pr->quiet)
+		return;
+	double rate = p->tokens / p->elapsed, eta = (p->steps - p->step) * p->elapsed / p->step;
+	char eta_text[32];
+	format_duration(eta, eta_text, sizeof eta_text);
+	int every = p->steps <= 50 ? 1 : (int)(p->steps / 50);
+	if (!pr->tty && p->step % every && p->step != p->steps)
+		return;
+	printf("%sstep %5llu/%llu  loss %.4f  %8.0f tokens/s  ETA %s%s%s", pr->tty ? "\r" : "",
+	       (unsigned long long)p->step, (unsigned long long)p->steps, p->loss, rate, eta_text,
+	       p->applied ? "" : "  (skipped: overflow)", pr->tty ? "   " : "\n");
+	fflush(stdout);
+}
+
+/* ---- options ----------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: dos-train [options]\n"
+		"Trains the example decoder model (docs/model.md) with the optimizer's updates placed\n"
+		"by a StarPU scheduling policy. No options: the 'small' model, 300 steps, policy dos.\n\n"
+		"model:\n"
+		"  --preset NAME        tiny, small (default), 1b, 7b, 13b, 20b\n"
+		"  --vocab N --hidden N --heads N --ffn N --layers N --seq-len N   override the shape\n"
+		"  --checkpoint-activations   keep only layer inputs; recompute in backward\n"
+		"training:\n"
+		"  --steps N            optimizer steps\n"
+		"  --micro-batch N      sequences per micro-batch\n"
+		"  --accumulate N       micro-batches per step (gradient accumulation)\n"
+		"  --seed N             weights and data order (default 1234)\n"
+		"  --data FILE          training text (default: the bundled corpus)\n"
+		"optimizer (AdamW):\n"
+		"  --lr X --beta1 X --beta2 X --eps X --weight-decay X   (3e-3, 0.9, 0.95, 1e-8, 0.1)\n"
+		"  --precision P        fp32 (default), bf16 or fp16 (16-bit working weights and\n"
+		"                       gradients; fp16 turns dynamic loss scaling on)\n"
+		"  --loss-scale X       initial dynamic loss scale (fp16 default 65536; 0 = off)\n"
+		"  --clip X             global gradient-norm clipping (0 = off, default)\n"
+		"  --subgroup-size N    parameters per optimizer subgroup\n"
+		"scheduling:\n"
+		"  --policy NAME        dos (default), all-cpu, stride, resident, or a StarPU policy\n"
+		"                       (dmda, dmdas, eager, lws, ...); STARPU_SCHED overrides it\n"
+		"output:\n"
+		"  --plot FILE.svg      picture of the last iteration (workers, links, GPU memory)\n"
+		"  --trace DIR          StarPU FxT trace into DIR (convert with starpu_fxt_tool)\n"
+		"  --dump FILE          write master weights, m, v and working weights (fp32, raw)\n"
+		"  --quiet              only the summary\n");
+}
+
+static int parse_u64(const char *option, const char *text, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, 0);
+	if (errno || end == text || *end || text[0] == '-' || v < min || v > max) {
+		fprintf(stderr, "dos-train: --%s = '%s': expected an integer in [%llu, %llu]\n", option, text,
+			(unsigned long long)min, (unsigned long long)max);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_double(const char *option, const char *text, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(text, &end);
+	if (errno || end == text || *end || !isfinite(v)) {
+		fprintf(stderr, "dos-train: --%s = '%s': expected a finite number\n", option, text);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static const char *default_data_path(void)
+{
+	static char path[4096];
+	/* from the build tree first (the program runs uninstalled in tests and demos) */
+	const char *candidates[] = {"data/corpus.txt", "../data/corpus.txt", DOS_DATA_DIR "/corpus.txt"};
+	const char *srcdir = getenv("DOS_SOURCE_DIR");
+	if (srcdir) {
+		snprintf(path, sizeof path, "%s/data/corpus.txt", srcdir);
+		return path;
+	}
+	for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++)
+		if (access(candidates[i], R_OK) == 0)
+			return candidates[i];
+	return DOS_DATA_DIR "/corpus.txt";
+}
+
+static int write_dump(const char *path, const struct dos_train_output *out, uint64_t params)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "wb");
+	if (!f) {
+		fprintf(stderr, "dos-train: --dump %s: %s\n", path, strerror(errno));
+		return -errno;
+	}
+	const float *arrays[] = {out->master, out->m, out->v, out->weights};
+	int ok = 1;
+	for (int i = 0; i < 4; i++)
+		ok &= fwrite(arrays[i], sizeof(float), params, f) == params;
+	ok &= fclose(f) == 0;
+	if (!ok || rename(tmp, path) != 0) {
+		fprintf(stderr, "dos-train: --dump %s: writing failed\n", path);
+		unlink(tmp);
+		return -EIO;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const struct preset *preset = &presets[DEFAULT_PRESET];
+	struct dos_train_config cfg = {
+		.accumulation = 1,
+		.seed = 1234,
+		.opt = {.weight_dtype = DOS_FP32,
+			.grad_dtype = DOS_FP32,
+			.hp = {.mode = DOS_ADAMW, .lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
+			.loss_scale_window = 1000},
+	};
+	const char *policy = "dos", *plot = NULL, *trace = NULL, *dump = NULL, *precision = "fp32";
+	int quiet = 0;
+	double loss_scale = -1;
+	uint64_t shape_override[6] = {0}, steps = 0, micro_batch = 0, subgroup = 0, value;
+	enum {
+		O_PRESET = 256, O_VOCAB, O_HIDDEN, O_HEADS, O_FFN, O_LAYERS, O_SEQ, O_CKPT, O_STEPS, O_MB, O_ACC, O_SEED,
+		O_DATA, O_LR, O_B1, O_B2, O_EPS, O_WD, O_PREC, O_LS, O_CLIP, O_SUB, O_POLICY, O_PLOT, O_TRACE, O_DUMP,
+		O_QUIET, O_HELP
+	};
+	static const struct option options[] = {
+		{"preset", 1, 0, O_PRESET}, {"vocab", 1, 0, O_VOCAB},	  {"hidden", 1, 0, O_HIDDEN},
+		{"heads", 1, 0, O_HEADS},   {"ffn", 1, 0, O_FFN},	  {"layers", 1, 0, O_LAYERS},
+		{"seq-len", 1, 0, O_SEQ},   {"checkpoint-activations", 0, 0, O_CKPT},
+		{"steps", 1, 0, O_STEPS},   {"micro-batch", 1, 0, O_MB},  {"accumulate", 1, 0, O_ACC},
+		{"seed", 1, 0, O_SEED},	    {"data", 1, 0, O_DATA},	  {"lr", 1, 0, O_LR},
+		{"beta1", 1, 0, O_B1},	    {"beta2", 1, 0, O_B2},	  {"eps", 1, 0, O_EPS},
+		{"weight-decay", 1, 0, O_WD}, {"precision", 1, 0, O_PREC}, {"loss-scale", 1, 0, O_LS},
+		{"clip", 1, 0, O_CLIP},	    {"subgroup-size", 1, 0, O_SUB}, {"policy", 1, 0, O_POLICY},
+		{"plot", 1, 0, O_PLOT},	    {"trace", 1, 0, O_TRACE},	  {"dump", 1, 0, O_DUMP},
+		{"quiet", 0, 0, O_QUIET},   {"help", 0, 0, O_HELP},	  {0, 0, 0, 0}};
+	int c, bad = 0;
+	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		const char *name = c >= O_PRESET && c <= O_HELP ? options[c - O_PRESET].name : "?";
+		switch (c) {
+		case O_PRESET: {
+			preset = NULL;
+			for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+				if (!strcmp(optarg, presets[i].name))
+					preset = &presets[i];
+			if (!preset) {
+				fprintf(stderr, "dos-train: --preset = '%s': unknown; one of tiny, small, 1b, 7b, 13b, 20b\n",
+					optarg);
+				return 2;
+			}
+			break;
+		}
+		case O_VOCAB: case O_HIDDEN: case O_HEADS: case O_FFN: case O_LAYERS: case O_SEQ:
+			bad |= parse_u64(name, optarg, 1, UINT32_MAX, &shape_override[c - O_VOCAB]) != 0;
+			break;
+		case O_CKPT: cfg.checkpoint_activations = 1; break;
+		case O_STEPS: bad |= parse_u64(name, optarg, 1, UINT64_MAX / 2, &steps) != 0; break;
+		case O_MB: bad |= parse_u64(name, optarg, 1, 1u << 20, &micro_batch) != 0; break;
+		case O_ACC:
+			bad |= parse_u64(name, optarg, 1, 1u << 20, &value) != 0;
+			cfg.accumulation = (uint32_t)value;
+			break;
+		case O_SEED: bad |= parse_u64(name, optarg, 0, UINT64_MAX, &cfg.seed) != 0; break;
+		case O_DATA: cfg.data_path = optarg; break;
+		case O_LR: bad |= parse_double(name, optarg, &cfg.opt.hp.lr) != 0; break;
+		case O_B1: bad |= parse_double(name, optarg, &cfg.opt.hp.beta1) != 0; break;
+		case O_B2: bad |= parse_double(name, optarg, &cfg.opt.hp.beta2) != 0; break;
+		case O_EPS: bad |= parse_double(name, optarg, &cfg.opt.hp.eps) != 0; break;
+		case O_WD: bad |= parse_double(name, optarg, &cfg.opt.hp.weight_decay) != 0; break;
+		case O_PREC: precision = optarg; break;
+		case O_LS: bad |= parse_double(name, optarg, &loss_scale) != 0; break;
+		case O_CLIP: bad |= parse_double(name, optarg, &cfg.opt.clip_norm) != 0; break;
+		case O_SUB: bad |= parse_u64(name, optarg, 1, UINT64_MAX, &subgroup) != 0; break;
+		case O_POLICY: policy = optarg; break;
+		case O_PLOT: plot = optarg; break;
+		case O_TRACE: trace = optarg; break;
+		case O_DUMP: dump = optarg; break;
+		case O_QUIET: quiet = 1; break;
+		case O_HELP: usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "dos-train: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return 2;
+	}
+	if (bad)
+		return 2;
+
+	cfg.shape = preset->shape;
+	uint32_t *fields[] = {&cfg.shape.vocab, &cfg.shape.hidden, &cfg.shape.heads,
+			      &cfg.shape.ffn,	&cfg.shape.layers, &cfg.shape.seq_len};
+	for (int i = 0; i < 6; i++)
+		if (shape_override[i])
+			*fields[i] = (uint32_t)shape_override[i];
+	cfg.micro_batch = micro_batch ? (uint32_t)micro_batch : preset->micro_batch;
+	cfg.steps = steps ? steps : preset->steps;
+	uint64_t params = dos_model_param_count(&cfg.shape, NULL);
+	cfg.opt.subgroup_size = subgroup ? subgroup : preset->subgroup_size < params ? preset->subgroup_size : params;
+	if (!strcmp(precision, "fp32"))
+		cfg.opt.weight_dtype = DOS_FP32;
+	else if (!strcmp(precision, "bf16"))
+		cfg.opt.weight_dtype = DOS_BF16;
+	else if (!strcmp(precision, "fp16"))
+		cfg.opt.weight_dtype = DOS_FP16;
+	else {
+		fprintf(stderr, "dos-train: --precision = '%s': one of fp32, bf16, fp16\n", precision);
+		return 2;
+	}
+	cfg.opt.grad_dtype = cfg.opt.weight_dtype;
+	if (loss_scale < 0)
+		loss_scale = cfg.opt.weight_dtype == DOS_FP16 ? 65536 : 0;
+	if (loss_scale > 0 && loss_scale < 1) {
+		fprintf(stderr, "dos-train: --loss-scale = %g: must be 0 (off) or >= 1\n", loss_scale);
+		return 2;
+	}
+	cfg.opt.dynamic_loss_scale = loss_scale > 0;
+	cfg.opt.loss_scale_init = loss_scale;
+	if (!cfg.data_path)
+		cfg.data_path = default_data_path();
+
+	if (trace) {
+		if (mkdir(trace, 0755) != 0 && errno != EEXIST) {
+			fprintf(stderr, "dos-train: --trace %s: %s\n", trace, strerror(errno));
+			return 2;
+		}
+		char prefix[4096];
+		snprintf(prefix, sizeof prefix, "%s/", trace);
+		setenv("STARPU_FXT_PREFIX", prefix, 1);
+		setenv("STARPU_FXT_TRACE", "1", 1);
+	}
+	struct starpu_conf conf;
+	starpu_conf_init(&conf);
+	struct starpu_sched_policy *ours = dos_sched_policy(policy);
+	if (ours)
+		conf.sched_policy = ours;
+	else
+		conf.sched_policy_name = policy;
+	int err = starpu_init(&conf);
+	if (err) {
+		fprintf(stderr, "dos-train: starpu_init failed (%d)%s\n", err,
+			ours ? "" : " (is --policy a StarPU policy name?)");
+		return 1;
+	}
+	starpu_cublas_init();
+	const char *env_policy = getenv("STARPU_SCHED");
+	const char *effective = env_policy && *env_policy ? env_policy : policy;
+	if (!ours && !(env_policy && *env_policy)) {
+		/* StarPU falls back to its default on an unknown name: refuse instead */
+		struct starpu_sched_policy **all = starpu_sched_get_predefined_policies();
+		int known = 0;
+		for (; *all; all++)
+			known |= !strcmp((*all)->policy_name, policy);
+		if (!known) {
+			fprintf(stderr, "dos-train: --policy = '%s': not one of ours (dos, all-cpu, stride, resident) "
+					"nor a StarPU policy\n",
+				policy);
+			starpu_shutdown();
+			return 2;
+		}
+	}
+
+	struct accounting acc = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+	if (plot && (err = dos_timeline_create(&acc.timeline))) {
+		fprintf(stderr, "dos-train: --plot: cannot record the timeline (%d)\n", err);
+		starpu_shutdown();
+		return 1;
+	}
+	struct progress pr = {.tty = isatty(STDOUT_FILENO), .quiet = quiet};
+	cfg.on_step = on_step;
+	cfg.on_step_arg = &pr;
+	cfg.hook = watch_task;
+	cfg.hook_arg = &acc;
+	if (plot) {
+		cfg.before_last_step = start_timeline;
+		cfg.before_last_step_arg = &acc;
+	}
+	struct dos_train_output out = {0};
+	if (dump) {
+		float **arrays[] = {&out.master, &out.m, &out.v, &out.weights};
+		for (int i = 0; i < 4; i++)
+			if (!(*arrays[i] = malloc(params * sizeof(float)))) {
+				fprintf(stderr, "dos-train: no memory for --dump\n");
+				starpu_shutdown();
+				return 1;
+			}
+	}
+
+	unsigned ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
+	unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
+	printf("dos-train: %s model (V %u, hidden %u, heads %u, FFN %u, layers %u, seq %u): %.3g M parameters, "
+	       "%llu subgroups of %llu\n",
+	       preset->name, cfg.shape.vocab, cfg.shape.hidden, cfg.shape.heads, cfg.shape.ffn, cfg.shape.layers,
+	       cfg.shape.seq_len, params / 1e6,
+	       (unsigned long long)((params + cfg.opt.subgroup_size - 1) / cfg.opt.subgroup_size),
+	       (unsigned long long)cfg.opt.subgroup_size);
+	printf("dos-train: %llu steps of %u x %u sequences, %s, policy %s, %u CPU + %u CUDA workers, data %s\n",
+	       (unsigned long long)cfg.steps, cfg.accumulation, cfg.micro_batch, precision, effective, ncpu, ncuda,
+	       cfg.data_path);
+	fflush(stdout);
+
+	err = dos_train_run(&cfg, &out);
+	if (pr.tty && !quiet)
+		printf("\n");
+	if (err) {
+		fprintf(stderr, "dos-train: %s\n", dos_last_error());
+		dos_timeline_destroy(acc.timeline);
+		starpu_shutdown();
+		return err == -EINVAL || err == -ENOENT ? 2 : 1;
+	}
+	uint64_t tokens = cfg.steps * (uint64_t)cfg.accumulation * cfg.micro_batch * cfg.shape.seq_len;
+	printf("summary: loss %.4f -> %.4f over %llu steps (%llu skipped), %.1f s, %.0f tokens/s\n", pr.first_loss,
+	       pr.last_loss, (unsigned long long)cfg.steps, (unsigned long long)out.skipped_steps, out.seconds,
+	       tokens / out.seconds);
+	printf("summary: task time by phase (summed over workers):");
+	for (int p = 0; p < PHASE_COUNT; p++)
+		printf(" %s %.2f s%s", phase_names[p], acc.busy[p], p + 1 < PHASE_COUNT ? "," : "\n");
+	printf("summary: subgroup updates ran %llu on CPU workers, %llu on GPU workers\n",
+	       (unsigned long long)acc.updates_cpu, (unsigned long long)acc.updates_gpu);
+	int status = 0;
+	if (plot) {
+		char title[256];
+		snprintf(title, sizeof title, "dos-train: last iteration, %s model, policy %s", preset->name, effective);
+		if ((err = dos_timeline_write_svg(acc.timeline, plot, title))) {
+			fprintf(stderr, "dos-train: --plot %s: %s\n", plot, strerror(-err));
+			status = 1;
+		} else
+			printf("dos-train: picture of the last iteration in %s\n", plot);
+	}
+	if (dump && write_dump(dump, &out, params))
+		status = 1;
+	dos_timeline_destroy(acc.timeline);
+	free(out.master);
+	free(out.m);
+	free(out.v);
+	free(out.weights);
+	starpu_shutdown();
+	if (trace)
+		printf("dos-train: FxT trace in %s/ (starpu_fxt_tool -i %s/prof_file_*)\n", trace, trace);
+	return status;
+}

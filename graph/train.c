@@ -1,0 +1,177 @@
+/* The training loop (train.h). Submission runs one step ahead of the results: the loss
+ * of step k is read after step k+1 has been submitted, so the host never idles the
+ * workers, except where loss scaling or clipping needs the gradient statistics. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+#include "errors.h"
+#include "train.h"
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The losses of one submitted step, read later. */
+struct pending_step {
+	starpu_data_handle_t *loss; /* [accumulation] */
+	struct dos_step_report report;
+	uint64_t step;
+};
+
+/* Mean loss of a step: per-token losses summed in token order, in double. Unregisters
+ * the handles. */
+static double collect_loss(struct pending_step *p, uint32_t accumulation, uint32_t tokens)
+{
+	double sum = 0;
+	for (uint32_t a = 0; a < accumulation; a++) {
+		starpu_data_acquire(p->loss[a], STARPU_R);
+		const float *l = (const float *)starpu_vector_get_local_ptr(p->loss[a]);
+		for (uint32_t i = 0; i < tokens; i++)
+			sum += l[i];
+		starpu_data_release(p->loss[a]);
+		starpu_data_unregister(p->loss[a]);
+		p->loss[a] = NULL;
+	}
+	return sum / ((double)tokens * accumulation);
+}
+
+/* Copies a flat array whose slices are the `n` handles (homed in it) into `to`, after
+ * bringing every slice home. */
+static void copy_home(starpu_data_handle_t *h, uint32_t n, const float *flat, float *to, uint64_t count)
+{
+	if (!to)
+		return;
+	for (uint32_t i = 0; i < n; i++)
+		starpu_data_acquire(h[i], STARPU_R);
+	memcpy(to, flat, count * sizeof(float));
+	for (uint32_t i = 0; i < n; i++)
+		starpu_data_release(h[i]);
+}
+
+static int check_config(const struct dos_train_config *c)
+{
+	int err;
+	if ((err = dos_model_shape_check(&c->shape)))
+		return err;
+	if (c->micro_batch == 0)
+		return DOS_FAIL(-EINVAL, "micro_batch = 0: need at least one sequence per micro-batch");
+	if (c->accumulation == 0)
+		return DOS_FAIL(-EINVAL, "accumulation = 0: need at least one micro-batch per step");
+	if (c->steps == 0)
+		return DOS_FAIL(-EINVAL, "steps = 0");
+	if (!c->data_path)
+		return DOS_FAIL(-EINVAL, "data_path is NULL");
+	if (c->shape.vocab < 256)
+		return DOS_FAIL(-EINVAL, "vocab = %u: the byte-level corpus needs at least 256", c->shape.vocab);
+	return 0;
+}
+
+int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out)
+{
+	int err;
+	if (!cfg)
+		return DOS_FAIL(-EINVAL, "cfg is NULL");
+	if ((err = check_config(cfg)))
+		return err;
+	uint64_t params = dos_model_param_count(&cfg->shape, NULL);
+	if (cfg->opt.subgroup_size == 0 || cfg->opt.subgroup_size > params)
+		return DOS_FAIL(-EINVAL, "subgroup size = %llu must be in [1, %llu] (the model's parameter count)",
+				(unsigned long long)cfg->opt.subgroup_size, (unsigned long long)params);
+
+	struct dos_corpus corpus;
+	struct dos_model model;
+	struct dos_optimizer opt;
+	if ((err = dos_corpus_load(&corpus, cfg->data_path, cfg->shape.seq_len, cfg->seed)))
+		return err;
+	if ((err = dos_model_create(&model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->checkpoint_activations,
+				    cfg->sched_ctx))) {
+		dos_corpus_free(&corpus);
+		return err;
+	}
+	model.hook = cfg->hook;
+	model.hook_arg = cfg->hook_arg;
+	struct dos_optimizer_config oc = cfg->opt;
+	oc.sched_ctx = cfg->sched_ctx;
+	if ((err = dos_optimizer_create(&opt, &oc, model.ntensors, model.numel, model.weight, model.grad,
+					model.weights))) {
+		dos_model_destroy(&model);
+		dos_corpus_free(&corpus);
+		return err;
+	}
+	opt.hook = cfg->hook;
+	opt.hook_arg = cfg->hook_arg;
+
+	uint32_t A = cfg->accumulation, tokens = cfg->micro_batch * cfg->shape.seq_len;
+	starpu_data_handle_t loss_slots[2][A];
+	memset(loss_slots, 0, sizeof loss_slots);
+	struct pending_step pending[2] = {{.loss = loss_slots[0]}, {.loss = loss_slots[1]}};
+	int have_pending = 0;
+	double start = now_seconds();
+	for (uint64_t k = 0; k < cfg->steps && !err; k++) {
+		if (k + 1 == cfg->steps && cfg->before_last_step) {
+			starpu_task_wait_for_all();
+			cfg->before_last_step(cfg->before_last_step_arg);
+		}
+		struct pending_step *p = &pending[k % 2];
+		/* the loss gradient carries 1/(tokens * A) (a mean over the step's tokens) and
+		 * the loss scale */
+		float grad_scale = (float)(opt.loss_scale / ((double)tokens * A));
+		for (uint32_t a = 0; a < A && !err; a++) {
+			starpu_data_handle_t ids, targets;
+			if ((err = dos_corpus_next_batch(&corpus, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx,
+							 &ids, &targets)))
+				break;
+			err = dos_model_submit_microbatch(&model, ids, targets, grad_scale, a > 0, &p->loss[a]);
+		}
+		if (err)
+			break;
+		p->step = k + 1;
+		if ((err = dos_optimizer_submit_step(&opt, &p->report)))
+			break;
+		/* report the previous step while this one runs */
+		for (int last = 0; last <= (k + 1 == cfg->steps); last++) {
+			struct pending_step *q = last ? p : &pending[(k + 1) % 2];
+			if (!last && !have_pending)
+				continue;
+			double loss = collect_loss(q, A, tokens);
+			if (out && out->losses)
+				out->losses[q->step - 1] = loss;
+			if (cfg->on_step) {
+				struct dos_train_progress pr = {.step = q->step,
+								.steps = cfg->steps,
+								.loss = loss,
+								.applied = q->report.applied,
+								.grad_norm = q->report.grad_norm,
+								.loss_scale = q->report.loss_scale_used,
+								.elapsed = now_seconds() - start,
+								.tokens = q->step * (uint64_t)tokens * A};
+				cfg->on_step(cfg->on_step_arg, &pr);
+			}
+		}
+		have_pending = 1;
+	}
+	starpu_task_wait_for_all();
+	for (int i = 0; i < 2; i++) /* left by an error */
+		for (uint32_t a = 0; a < A; a++)
+			if (loss_slots[i][a])
+				starpu_data_unregister(loss_slots[i][a]);
+	if (out) {
+		out->seconds = now_seconds() - start;
+		out->skipped_steps = opt.skipped_steps;
+		copy_home(opt.master_h, opt.map.nsubgroups, opt.master, out->master, params);
+		copy_home(opt.m_h, opt.map.nsubgroups, opt.m, out->m, params);
+		copy_home(opt.v_h, opt.map.nsubgroups, opt.v, out->v, params);
+		copy_home(model.weight, model.ntensors, model.weights, out->weights, params);
+	}
+	dos_optimizer_destroy(&opt);
+	dos_model_destroy(&model);
+	dos_corpus_free(&corpus);
+	return err;
+}

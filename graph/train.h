@@ -1,0 +1,53 @@
+/* One training run of the example model: data, model, optimizer and the step loop, in one
+ * place for dos-train and the tests. StarPU must be initialised by the caller (so it
+ * chooses the policy, the workers and the scheduling context). */
+#ifndef DOS_TRAIN_H
+#define DOS_TRAIN_H
+
+#include "iteration.h"
+#include "model.h"
+
+struct dos_train_progress {
+	uint64_t step, steps; /* 1-based step just finished, of steps */
+	double loss;	      /* mean loss of that step (before its update) */
+	int applied;	      /* 0: skipped for overflow */
+	double grad_norm;     /* -1 when not computed */
+	double loss_scale;
+	double elapsed;	      /* seconds since the run started */
+	uint64_t tokens;      /* trained so far */
+};
+
+struct dos_train_config {
+	struct dos_model_shape shape;
+	uint32_t micro_batch;	/* sequences per micro-batch */
+	uint32_t accumulation;	/* micro-batches per step */
+	uint64_t steps, seed;
+	int checkpoint_activations;
+	const char *data_path;
+	struct dos_optimizer_config opt;
+	unsigned sched_ctx;
+	/* optional: every finished step (called on the submitting thread) */
+	void (*on_step)(void *arg, const struct dos_train_progress *progress);
+	void *on_step_arg;
+	/* optional: every task before submission */
+	dos_task_hook hook;
+	void *hook_arg;
+	/* optional: called when the last step has been submitted, before its results are
+	 * waited for (dos-train starts its timeline of the last iteration there) */
+	void (*before_last_step)(void *arg);
+	void *before_last_step_arg;
+};
+
+/* Optional outputs, each NULL or an array of the stated size. */
+struct dos_train_output {
+	double *losses;			       /* [steps] */
+	float *master, *m, *v, *weights;       /* [nparams] each, after the last step */
+	uint64_t skipped_steps;
+	double seconds;
+};
+
+/* Runs the training. Errors: -EINVAL naming the bad setting, data-file errors,
+ * -ENOMEM; the message is in dos_last_error(). */
+int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out);
+
+#endif /* DOS_TRAIN_H */
