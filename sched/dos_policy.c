@@ -62,7 +62,7 @@ struct fetch_window {
  * fetched ahead keep the GPU busy, within the safety margin of the budget. */
 #define RESIDENT_GRADIENTS_AHEAD 2
 
-/* The update tasks of the step being collected or executed. */
+/* The update tasks of one step, collected at submission until the step is planned. */
 struct step_tasks {
 	uint64_t step;
 	int n, cap;
@@ -75,11 +75,14 @@ struct policy {
 	int stride_k;
 	double resident_ratio;
 	starpu_pthread_mutex_t plan_lock; /* guards everything but the queues */
-	struct step_tasks step;
+	/* A training loop submits step k+1 before step k's gradients are ready, so several
+	 * steps are collected at once; each is planned when its first update is ready. */
+#define STEP_SLOTS 4
+	struct step_tasks steps[STEP_SLOTS];
 	struct fetch_window staged;   /* to the GPU: state and gradient, `staging slots` ahead */
 	struct fetch_window resident; /* to the GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
 	struct fetch_window on_cpu;   /* to host memory: GPU-homed gradients, one per CPU worker ahead */
-	uint32_t generation;	      /* of the current plan (and windows) */
+	uint32_t generation;          /* of the current plan (and windows) */
 	int gpu_node;
 	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
 	double app_inflight_bytes, app_peak_bytes;
@@ -199,7 +202,8 @@ static void deinit_policy(unsigned sched_ctx)
 			p->stats.gpu_budget_bytes * 1e-9, p->stats.calibrated ? "" : " (uncalibrated)");
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->plan_lock);
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->pool_lock);
-	free(p->step.tasks);
+	for (int i = 0; i < STEP_SLOTS; i++)
+		free(p->steps[i].tasks);
 	free(p->staged.entries);
 	free(p->resident.entries);
 	free(p->on_cpu.entries);
@@ -207,6 +211,37 @@ static void deinit_policy(unsigned sched_ctx)
 }
 
 /* ---- collecting and planning a step -------------------------------------------------- */
+
+/* The step still collecting `step`'s updates, if any (plan lock held). */
+static struct step_tasks *collecting_slot(struct policy *p, uint64_t step)
+{
+	for (int i = 0; i < STEP_SLOTS; i++)
+		if (p->steps[i].n > 0 && !p->steps[i].planned && p->steps[i].step == step)
+			return &p->steps[i];
+	return NULL;
+}
+
+/* Where a submitted update of `step` goes: its step's slot, else a free or planned slot,
+ * else the oldest unplanned step's (whose updates then fall back to earliest-finish
+ * placement). Updates submitted after their step was planned start a new batch. */
+static struct step_tasks *slot_for_submission(struct policy *p, uint64_t step)
+{
+	struct step_tasks *s = collecting_slot(p, step), *oldest = NULL;
+	if (s)
+		return s;
+	for (int i = 0; i < STEP_SLOTS && !s; i++)
+		if (p->steps[i].n == 0 || p->steps[i].planned)
+			s = &p->steps[i];
+	for (int i = 0; i < STEP_SLOTS && !s; i++)
+		if (!oldest || p->steps[i].step < oldest->step)
+			oldest = &p->steps[i];
+	if (!s)
+		s = oldest;
+	s->step = step;
+	s->n = 0;
+	s->planned = 0;
+	return s;
+}
 
 static void submit_hook(struct starpu_task *task)
 {
@@ -217,20 +252,15 @@ static void submit_hook(struct starpu_task *task)
 		return;
 	struct policy *p = policy_of(task->sched_ctx);
 	lock_plan(p);
-	if (step != p->step.step || p->step.planned) {
-		/* a new step (or updates submitted after the plan: they start a new batch) */
-		p->step.step = step;
-		p->step.n = 0;
-		p->step.planned = 0;
-	}
-	if (p->step.n == p->step.cap) {
-		int cap = p->step.cap ? 2 * p->step.cap : 256;
-		struct starpu_task **grown = realloc(p->step.tasks, (size_t)cap * sizeof *grown);
+	struct step_tasks *s = slot_for_submission(p, step);
+	if (s->n == s->cap) {
+		int cap = s->cap ? 2 * s->cap : 256;
+		struct starpu_task **grown = realloc(s->tasks, (size_t)cap * sizeof *grown);
 		STARPU_ASSERT_MSG(grown, "out of memory for %d update tasks", cap);
-		p->step.tasks = grown;
-		p->step.cap = cap;
+		s->tasks = grown;
+		s->cap = cap;
 	}
-	p->step.tasks[p->step.n++] = task;
+	s->tasks[s->n++] = task;
 	task->sched_data = NULL;
 	unlock_plan(p);
 }
@@ -327,11 +357,10 @@ static double gpu_homed_inputs_bytes(const struct step_tasks *s)
 	return bytes;
 }
 
-/* Plans p->step (plan lock held). */
-static void plan_step(struct policy *p, unsigned sched_ctx)
+/* Plans the updates of s (plan lock held). */
+static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx)
 {
 	double t0 = seconds_now();
-	struct step_tasks *s = &p->step;
 	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
 	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
 	struct starpu_task *first = s->tasks[0];
@@ -420,14 +449,16 @@ static void plan_step(struct policy *p, unsigned sched_ctx)
 static void push_to_worker(struct policy *p, struct starpu_task *task, int worker, double predicted_us, int prefetch)
 {
 	task->predicted = predicted_us;
+	/* before the task is visible: once queued, a worker may run and free it (and the
+	 * handles it was the last user of) at any moment */
+	if (prefetch && starpu_get_prefetch_flag())
+		starpu_prefetch_task_input_for(task, (unsigned)worker);
 	starpu_worker_lock(worker);
 	starpu_task_list_push_back(&p->queue[worker], task);
 	p->queued_us[worker] += isfinite(predicted_us) ? predicted_us : 0;
 	starpu_push_task_end(task);
 	starpu_wake_worker_locked(worker);
 	starpu_worker_unlock(worker);
-	if (prefetch && starpu_get_prefetch_flag())
-		starpu_prefetch_task_input_for(task, (unsigned)worker);
 }
 
 /* Earliest predicted finish among the workers that can run `task` (optionally only of
@@ -514,8 +545,14 @@ static int push_task(struct starpu_task *task)
 	int only_type = -1;
 	if (task->cl == &_dos_adam_codelet) {
 		lock_plan(p);
-		if (!task->sched_data && !p->step.planned && p->step.n > 0)
-			plan_step(p, ctx);
+		uint64_t step;
+		enum dos_dtype gt, wt;
+		size_t params;
+		struct step_tasks *s = NULL;
+		if (!task->sched_data && _dos_adam_task_info(task, &step, &gt, &wt, &params) == 0)
+			s = collecting_slot(p, step);
+		if (s)
+			plan_step(p, s, ctx);
 		if (task->sched_data) {
 			enum dos_placement place = TAG_PLACEMENT(task->sched_data);
 			only_type = place == DOS_PLACE_CPU ? STARPU_CPU_WORKER : STARPU_CUDA_WORKER;
@@ -638,19 +675,21 @@ static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
 		p->queued_us[workerids[i]] = 0;
 }
 
-#define DOS_POLICY(var, name_, init_fn, description) \
-	struct starpu_sched_policy var = {           \
-		.init_sched = init_fn,               \
-		.deinit_sched = deinit_policy,       \
-		.push_task = push_task,              \
-		.pop_task = pop_task,                \
-		.submit_hook = submit_hook,          \
-		.pre_exec_hook = pre_exec_hook,      \
-		.post_exec_hook = post_exec_hook,    \
-		.add_workers = add_workers,          \
-		.policy_name = name_,                \
-		.policy_description = description,   \
-		.worker_type = STARPU_WORKER_LIST,   \
+#define DOS_POLICY(var, name_, init_fn, description)                                                                  \
+	struct starpu_sched_policy var = {                                                                            \
+		.init_sched = init_fn,                                                                                \
+		.deinit_sched = deinit_policy,                                                                        \
+		.push_task = push_task,                                                                               \
+		.pop_task = pop_task,                                                                                 \
+		.submit_hook = submit_hook,                                                                           \
+		.pre_exec_hook = pre_exec_hook,                                                                       \
+		.post_exec_hook = post_exec_hook,                                                                     \
+		.add_workers = add_workers,                                                                           \
+		.policy_name = name_,                                                                                 \
+		.policy_description = description,                                                                    \
+		.worker_type = STARPU_WORKER_LIST, /* we prefetch ourselves (push, plan): StarPU must not also, or it \
+						      asserts */                                                      \
+		.prefetches = 1,                                                                                      \
 	}
 
 DOS_POLICY(_dos_policy_dos, "dos", init_dos,
