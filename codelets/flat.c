@@ -86,9 +86,9 @@ struct starpu_codelet _dos_batch_codelet = {
 };
 
 int _dos_flat_copy_task_create(starpu_data_handle_t destination, enum dos_dtype destination_dtype,
-			  const starpu_data_handle_t *sources, enum dos_dtype source_dtype, uint32_t nsources,
-			  const struct dos_flat_piece *pieces, uint32_t npieces, unsigned sched_ctx,
-			  struct starpu_task **task_out)
+			       const starpu_data_handle_t *sources, enum dos_dtype source_dtype, uint32_t nsources,
+			       const struct dos_flat_piece *pieces, uint32_t npieces, unsigned sched_ctx,
+			       struct starpu_task **task_out)
 {
 	size_t size = sizeof(struct dos_flat_copy_args) + npieces * sizeof(struct dos_flat_piece);
 	struct dos_flat_copy_args *args = malloc(size);

@@ -15,8 +15,8 @@ extern struct starpu_codelet _dos_batch_codelet;
 /* A flat-copy task (not submitted) into `destination` from `sources`, described by
  * `pieces`, in context `sched_ctx`. Returns 0 or -ENOMEM. */
 int _dos_flat_copy_task_create(starpu_data_handle_t destination, enum dos_dtype destination_dtype,
-			  const starpu_data_handle_t *sources, enum dos_dtype source_dtype, uint32_t nsources,
-			  const struct dos_flat_piece *pieces, uint32_t npieces, unsigned sched_ctx,
-			  struct starpu_task **task_out);
+			       const starpu_data_handle_t *sources, enum dos_dtype source_dtype, uint32_t nsources,
+			       const struct dos_flat_piece *pieces, uint32_t npieces, unsigned sched_ctx,
+			       struct starpu_task **task_out);
 
 #endif /* DOS_FLAT_H */

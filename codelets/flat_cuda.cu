@@ -6,7 +6,8 @@
 static __global__ void flat_copy_piece(void *destination, enum dos_dtype dst_dtype, const void *source,
 				       enum dos_dtype src_dtype, uint64_t len)
 {
-	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < len; i += (uint64_t)gridDim.x * blockDim.x)
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < len;
+	     i += (uint64_t)gridDim.x * blockDim.x)
 		dos_store_elem(destination, i, dst_dtype, dos_load_elem(source, i, src_dtype));
 }
 
@@ -25,13 +26,14 @@ extern "C" cudaError_t _dos_flat_copy_cuda(void *destination, const void *const 
 		char *dst = (char *)destination + p->destination_offset * dst_size;
 		const char *src = (const char *)sources[p->source] + p->source_offset * src_size;
 		if (args->source_dtype == args->destination_dtype) {
-			cudaError_t err = cudaMemcpyAsync(dst, src, p->len * dst_size, cudaMemcpyDeviceToDevice, stream);
+			cudaError_t err =
+				cudaMemcpyAsync(dst, src, p->len * dst_size, cudaMemcpyDeviceToDevice, stream);
 			if (err != cudaSuccess)
 				return err;
 			continue;
 		}
 		flat_copy_piece<<<blocks_for(p->len), 256, 0, stream>>>(dst, args->destination_dtype, src,
-									 args->source_dtype, p->len);
+									args->source_dtype, p->len);
 		cudaError_t err = cudaGetLastError();
 		if (err != cudaSuccess)
 			return err;

@@ -11,14 +11,14 @@
 
 /* Sizes shared by every model codelet; each codelet reads the fields it needs. */
 struct _dos_model_args {
-	uint32_t n;	 /* tokens in the micro-batch (B*T) */
-	uint32_t B, T;	 /* sequences, tokens per sequence */
-	uint32_t H, hd;	 /* heads, head width */
-	uint32_t d;	 /* row width of the tensor at hand (hidden size, or `in` of a linear) */
-	uint32_t out;	 /* linear: output features */
-	uint32_t V;	 /* vocabulary (embedding backward, cross-entropy) */
-	int accumulate;	 /* backward: add to the output gradient instead of overwriting it */
-	int accumulate2; /* rmsnorm backward: the same for dw (accumulate applies to dx) */
+	uint32_t n;       /* tokens in the micro-batch (B*T) */
+	uint32_t B, T;    /* sequences, tokens per sequence */
+	uint32_t H, hd;   /* heads, head width */
+	uint32_t d;       /* row width of the tensor at hand (hidden size, or `in` of a linear) */
+	uint32_t out;     /* linear: output features */
+	uint32_t V;       /* vocabulary (embedding backward, cross-entropy) */
+	int accumulate;   /* backward: add to the output gradient instead of overwriting it */
+	int accumulate2;  /* rmsnorm backward: the same for dw (accumulate applies to dx) */
 	float grad_scale; /* cross-entropy: multiplier of dlogits */
 };
 

@@ -19,8 +19,7 @@
 /* ---- CPU ---------------------------------------------------------------------------- */
 
 /* x[i, :] = tok[ids[i], :] + pos[i % T, :]  for i < n. */
-void _dos_embed_fwd_cpu(const int32_t *ids, const float *tok, const float *pos, float *x, size_t n, size_t T,
-			size_t d);
+void _dos_embed_fwd_cpu(const int32_t *ids, const float *tok, const float *pos, float *x, size_t n, size_t T, size_t d);
 /* dtok[ids[i], :] += dx[i, :] and dpos[i % T, :] += dx[i, :], i in increasing order; when
  * !accumulate, dtok ([V, d]) and dpos ([T, d]) are zeroed first. */
 void _dos_embed_bwd_cpu(const int32_t *ids, const float *dx, float *dtok, float *dpos, size_t n, size_t T, size_t d,
@@ -83,14 +82,14 @@ cublasStatus_t _dos_linear_bwd_data_cuda(cublasHandle_t blas, const float *dy, c
 					 size_t in, size_t out, int accumulate);
 cublasStatus_t _dos_linear_bwd_weight_cuda(cublasHandle_t blas, const float *dy, const float *x, float *dw, size_t n,
 					   size_t in, size_t out, int accumulate);
-cudaError_t _dos_attention_fwd_cuda(cublasHandle_t blas, const float *qkv, float *out, float *probs, size_t B,
-				    size_t T, size_t H, size_t hd, cudaStream_t stream);
+cudaError_t _dos_attention_fwd_cuda(cublasHandle_t blas, const float *qkv, float *out, float *probs, size_t B, size_t T,
+				    size_t H, size_t hd, cudaStream_t stream);
 cudaError_t _dos_attention_bwd_cuda(cublasHandle_t blas, const float *qkv, const float *probs, const float *dout,
 				    float *dqkv, size_t B, size_t T, size_t H, size_t hd, cudaStream_t stream);
 cudaError_t _dos_gelu_fwd_cuda(const float *x, float *y, size_t n, cudaStream_t stream);
 cudaError_t _dos_gelu_bwd_cuda(const float *x, const float *dy, float *dx, size_t n, cudaStream_t stream);
-cudaError_t _dos_xent_cuda(const float *logits, const int32_t *targets, float *loss, float *dlogits, size_t n,
-			   size_t V, float grad_scale, cudaStream_t stream);
+cudaError_t _dos_xent_cuda(const float *logits, const int32_t *targets, float *loss, float *dlogits, size_t n, size_t V,
+			   float grad_scale, cudaStream_t stream);
 #ifdef __cplusplus
 }
 #endif

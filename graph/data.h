@@ -22,7 +22,7 @@ struct dos_corpus {
 	uint8_t *bytes; /* starpu_malloc'd (pinned when CUDA workers exist) */
 	uint64_t len;
 	starpu_data_handle_t handle; /* the bytes as a vector of uint8, home in main memory */
-	uint64_t rng;		     /* batch-order generator */
+	uint64_t rng;                /* batch-order generator */
 };
 
 /* Reads `path` (after starpu_init) and registers it. Errors: -EINVAL when seq_len + 1

@@ -25,8 +25,8 @@ static int check_config(const struct dos_optimizer_config *c)
 	if (c->weight_dtype != DOS_FP32 && c->weight_dtype != DOS_FP16 && c->weight_dtype != DOS_BF16)
 		return DOS_FAIL(-EINVAL, "weight_dtype = %d is not fp32, fp16 or bf16", (int)c->weight_dtype);
 	if (c->grad_dtype != DOS_FP32 && c->grad_dtype != c->weight_dtype)
-		return DOS_FAIL(-EINVAL, "grad_dtype = %s must be fp32 or the weight dtype %s", dos_dtype_name(c->grad_dtype),
-				dos_dtype_name(c->weight_dtype));
+		return DOS_FAIL(-EINVAL, "grad_dtype = %s must be fp32 or the weight dtype %s",
+				dos_dtype_name(c->grad_dtype), dos_dtype_name(c->weight_dtype));
 	if ((err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)))
 		return err;
 	if (!(c->clip_norm >= 0) || !isfinite(c->clip_norm))
@@ -62,11 +62,11 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
 	uint64_t P = opt->map.nparams;
 	uint32_t N = opt->map.nsubgroups;
 	int sixteen = cfg->weight_dtype != DOS_FP32;
-	if (starpu_malloc((void **)&opt->master, P * sizeof(float)) || starpu_malloc((void **)&opt->m, P * sizeof(float)) ||
-	    starpu_malloc((void **)&opt->v, P * sizeof(float)))
+	if (starpu_malloc((void **)&opt->master, P * sizeof(float)) ||
+	    starpu_malloc((void **)&opt->m, P * sizeof(float)) || starpu_malloc((void **)&opt->v, P * sizeof(float)))
 		goto no_memory;
-	starpu_data_handle_t **arrays[] = {&opt->master_h, &opt->m_h, &opt->v_h, &opt->grad_h, &opt->weight16_h,
-					   &opt->stats_h};
+	starpu_data_handle_t **arrays[] = {&opt->master_h, &opt->m_h,        &opt->v_h,
+					   &opt->grad_h,   &opt->weight16_h, &opt->stats_h};
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
 		if (!(*arrays[i] = calloc(N, sizeof(starpu_data_handle_t))))
 			goto no_memory;
@@ -97,7 +97,8 @@ void dos_optimizer_destroy(struct dos_optimizer *opt)
 {
 	if (!opt)
 		return;
-	starpu_data_handle_t *arrays[] = {opt->master_h, opt->m_h, opt->v_h, opt->grad_h, opt->weight16_h, opt->stats_h};
+	starpu_data_handle_t *arrays[] = {opt->master_h, opt->m_h,        opt->v_h,
+					  opt->grad_h,   opt->weight16_h, opt->stats_h};
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) {
 		for (uint32_t s = 0; arrays[i] && s < opt->map.nsubgroups; s++)
 			if (arrays[i][s])
@@ -123,12 +124,14 @@ static void submit_gather(struct dos_optimizer *opt, uint32_t s)
 	for (uint32_t k = 0; k < count; k++) {
 		const struct dos_piece *p = &map->pieces[first + k];
 		sources[k] = opt->tensor_grad[p->tensor];
-		pieces[k] = (struct dos_flat_piece){
-			.source = k, .source_offset = p->tensor_offset, .destination_offset = p->subgroup_offset, .len = p->len};
+		pieces[k] = (struct dos_flat_piece){.source = k,
+						    .source_offset = p->tensor_offset,
+						    .destination_offset = p->subgroup_offset,
+						    .len = p->len};
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, DOS_FP32, count, pieces, count,
-					     opt->cfg.sched_ctx, &task);
+	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, DOS_FP32, count, pieces,
+					     count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
 	submit_task(opt, task);
 }
@@ -144,8 +147,10 @@ static void submit_refresh(struct dos_optimizer *opt, uint32_t t)
 	for (uint32_t k = 0; k < count; k++) {
 		const struct dos_piece *p = &map->pieces[first + k];
 		sources[k] = sixteen ? opt->weight16_h[p->subgroup] : opt->master_h[p->subgroup];
-		pieces[k] = (struct dos_flat_piece){
-			.source = k, .source_offset = p->subgroup_offset, .destination_offset = p->tensor_offset, .len = p->len};
+		pieces[k] = (struct dos_flat_piece){.source = k,
+						    .source_offset = p->subgroup_offset,
+						    .destination_offset = p->tensor_offset,
+						    .len = p->len};
 	}
 	struct starpu_task *task;
 	int err = _dos_flat_copy_task_create(opt->tensor_weight[t], DOS_FP32, sources, opt->cfg.weight_dtype, count,
@@ -187,8 +192,8 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, report %p)", (void *)opt, (void *)report);
 	const struct dos_optimizer_config *c = &opt->cfg;
 	uint32_t N = opt->map.nsubgroups;
-	*report = (struct dos_step_report){.applied = 1, .grad_norm = -1, .loss_scale_used = opt->loss_scale,
-					   .overflow_subgroup = UINT32_MAX};
+	*report = (struct dos_step_report){
+		.applied = 1, .grad_norm = -1, .loss_scale_used = opt->loss_scale, .overflow_subgroup = UINT32_MAX};
 	for (uint32_t s = 0; s < N; s++)
 		submit_gather(opt, s);
 
@@ -224,9 +229,9 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 		return err;
 	for (uint32_t s = 0; s < N; s++) {
 		struct starpu_task *task;
-		err = dos_adam_task_create(&step, opt->master_h[s], opt->m_h[s], opt->v_h[s], opt->grad_h[s], c->grad_dtype,
-					   c->weight_dtype != DOS_FP32 ? opt->weight16_h[s] : NULL, c->weight_dtype,
-					   &task);
+		err = dos_adam_task_create(&step, opt->master_h[s], opt->m_h[s], opt->v_h[s], opt->grad_h[s],
+					   c->grad_dtype, c->weight_dtype != DOS_FP32 ? opt->weight16_h[s] : NULL,
+					   c->weight_dtype, &task);
 		if (err)
 			return err;
 		submit_task(opt, task);

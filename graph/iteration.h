@@ -29,9 +29,9 @@ struct dos_optimizer_config {
 	enum dos_dtype weight_dtype;
 	enum dos_dtype grad_dtype; /* the subgroup gradient's dtype (fp32, or = weight_dtype) */
 	struct dos_adam_hparams hp;
-	double clip_norm;	/* global-norm clipping threshold; 0 = off */
-	int dynamic_loss_scale; /* skip steps whose gradients overflow; scale backs off / grows */
-	double loss_scale_init;	   /* dynamic: initial scale (e.g. 65536); else ignored (1) */
+	double clip_norm;           /* global-norm clipping threshold; 0 = off */
+	int dynamic_loss_scale;     /* skip steps whose gradients overflow; scale backs off / grows */
+	double loss_scale_init;     /* dynamic: initial scale (e.g. 65536); else ignored (1) */
 	uint32_t loss_scale_window; /* dynamic: steps without overflow before the scale doubles */
 	unsigned sched_ctx;
 };
@@ -39,20 +39,20 @@ struct dos_optimizer_config {
 struct dos_optimizer {
 	struct dos_optimizer_config cfg;
 	struct dos_subgroup_map map;
-	float *master, *m, *v; /* flat, pinned (starpu_malloc) */
+	float *master, *m, *v;                                                      /* flat, pinned (starpu_malloc) */
 	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h; /* per subgroup */
-	starpu_data_handle_t *tensor_weight, *tensor_grad;			   /* not owned */
-	uint64_t step;		/* updates applied so far */
-	uint64_t skipped_steps; /* steps dropped for overflow */
-	double loss_scale;	/* 1 without dynamic loss scaling */
-	uint32_t good_steps;	/* since the last change of the scale */
+	starpu_data_handle_t *tensor_weight, *tensor_grad;                          /* not owned */
+	uint64_t step;                                                              /* updates applied so far */
+	uint64_t skipped_steps;                                                     /* steps dropped for overflow */
+	double loss_scale;                                                          /* 1 without dynamic loss scaling */
+	uint32_t good_steps; /* since the last change of the scale */
 	dos_task_hook hook;
 	void *hook_arg;
 };
 
 /* What one submitted step did. */
 struct dos_step_report {
-	int applied;	  /* 0 when skipped for overflow */
+	int applied;      /* 0 when skipped for overflow */
 	double grad_norm; /* unscaled global norm, when clipping or loss scaling is on; else -1 */
 	double loss_scale_used;
 	uint32_t overflow_subgroup; /* first subgroup with inf/nan gradients, when skipped */

@@ -21,7 +21,7 @@ int dos_model_shape_check(const struct dos_model_shape *s)
 		const char *name;
 		uint32_t value;
 	} fields[] = {{"vocab", s->vocab}, {"hidden", s->hidden}, {"heads", s->heads},
-		      {"ffn", s->ffn},	   {"layers", s->layers}, {"seq_len", s->seq_len}};
+		      {"ffn", s->ffn},     {"layers", s->layers}, {"seq_len", s->seq_len}};
 	for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
 		if (fields[i].value == 0)
 			return DOS_FAIL(-EINVAL, "model %s = 0: every size must be positive", fields[i].name);
@@ -38,15 +38,15 @@ int dos_model_shape_check(const struct dos_model_shape *s)
 uint64_t dos_model_param_count(const struct dos_model_shape *s, uint64_t *numel)
 {
 	uint64_t d = s->hidden, F = s->ffn, V = s->vocab, T = s->seq_len;
-	uint64_t layer[DOS_T_PER_LAYER] = {[DOS_T_LN1] = d,	    [DOS_T_QKV] = 3 * d * d, [DOS_T_O] = d * d,
-					   [DOS_T_LN2] = d,	    [DOS_T_FC1] = F * d,     [DOS_T_FC2] = d * F};
+	uint64_t layer[DOS_T_PER_LAYER] = {[DOS_T_LN1] = d, [DOS_T_QKV] = 3 * d * d, [DOS_T_O] = d * d,
+					   [DOS_T_LN2] = d, [DOS_T_FC1] = F * d,     [DOS_T_FC2] = d * F};
 	uint64_t total = 0, t = 0;
-#define ADD(n)                     \
-	do {                       \
-		if (numel)         \
+#define ADD(n)                          \
+	do {                            \
+		if (numel)              \
 			numel[t] = (n); \
-		t++;               \
-		total += (n);      \
+		t++;                    \
+		total += (n);           \
 	} while (0)
 	ADD(V * d);
 	ADD(T * d);
@@ -231,14 +231,18 @@ static void rmsnorm_fwd(struct dos_model *m, starpu_data_handle_t x, starpu_data
 	submit(m, &_dos_rmsnorm_fwd_codelet, &a, b, 4);
 }
 
-static void rmsnorm_bwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_handle_t w,
-			starpu_data_handle_t rstd, starpu_data_handle_t dy, starpu_data_handle_t dx, int accumulate_dx,
-			starpu_data_handle_t dw, int accumulate_dw, uint32_t n)
+static void rmsnorm_bwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t rstd,
+			starpu_data_handle_t dy, starpu_data_handle_t dx, int accumulate_dx, starpu_data_handle_t dw,
+			int accumulate_dw, uint32_t n)
 {
 	struct _dos_model_args a = {
 		.n = n, .d = m->shape.hidden, .accumulate = accumulate_dx, .accumulate2 = accumulate_dw};
-	struct buffer b[] = {{x, STARPU_R},  {w, STARPU_R},			    {rstd, STARPU_R},
-			     {dy, STARPU_R}, {dx, out_mode(accumulate_dx)}, {dw, out_mode(accumulate_dw)}};
+	struct buffer b[] = {{x, STARPU_R},
+			     {w, STARPU_R},
+			     {rstd, STARPU_R},
+			     {dy, STARPU_R},
+			     {dx, out_mode(accumulate_dx)},
+			     {dw, out_mode(accumulate_dw)}};
 	submit(m, &_dos_rmsnorm_bwd_codelet, &a, b, 6);
 }
 
@@ -249,8 +253,8 @@ struct layer_activations {
 
 static void release_layer(struct layer_activations *act)
 {
-	starpu_data_handle_t *all[] = {&act->h1,   &act->rstd1, &act->qkv, &act->att, &act->probs,
-				       &act->xmid, &act->h2,    &act->rstd2, &act->u, &act->a};
+	starpu_data_handle_t *all[] = {&act->h1,   &act->rstd1, &act->qkv,   &act->att, &act->probs,
+				       &act->xmid, &act->h2,    &act->rstd2, &act->u,   &act->a};
 	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
 		release(all[i]);
 }
@@ -310,8 +314,8 @@ static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t
 	submit(m, &_dos_gelu_bwd_codelet, &ga, gb, 3);
 	release(&da);
 	starpu_data_handle_t dh = activation((uint64_t)n * d);
-	linear_bwd(m, du, layer_param(m, m->weight, l, DOS_T_FC1), act->h2, dh, 0, layer_param(m, m->grad, l, DOS_T_FC1),
-		   accumulate, n, d, F);
+	linear_bwd(m, du, layer_param(m, m->weight, l, DOS_T_FC1), act->h2, dh, 0,
+		   layer_param(m, m->grad, l, DOS_T_FC1), accumulate, n, d, F);
 	release(&du);
 	rmsnorm_bwd(m, act->xmid, layer_param(m, m->weight, l, DOS_T_LN2), act->rstd2, dh, dx, 1,
 		    layer_param(m, m->grad, l, DOS_T_LN2), accumulate, n);

@@ -32,15 +32,15 @@ typedef void (*dos_task_hook)(void *arg, struct starpu_task *task);
 
 struct dos_model {
 	struct dos_model_shape shape;
-	uint32_t batch;		    /* sequences per micro-batch */
+	uint32_t batch;             /* sequences per micro-batch */
 	int checkpoint_activations; /* keep only layer inputs; recompute the rest in backward */
 	unsigned sched_ctx;
 	uint32_t ntensors;
-	uint64_t *numel;	       /* [ntensors] */
+	uint64_t *numel; /* [ntensors] */
 	uint64_t nparams;
-	float *weights;		       /* flat working weights (fp32), home of the weight handles */
-	starpu_data_handle_t *weight;  /* [ntensors] */
-	starpu_data_handle_t *grad;    /* [ntensors] fp32 gradients (no home) */
+	float *weights;               /* flat working weights (fp32), home of the weight handles */
+	starpu_data_handle_t *weight; /* [ntensors] */
+	starpu_data_handle_t *grad;   /* [ntensors] fp32 gradients (no home) */
 	dos_task_hook hook;
 	void *hook_arg;
 };

@@ -13,7 +13,7 @@
  * sorts them by tensor and by subgroup at once. */
 struct dos_piece {
 	uint32_t tensor, subgroup;
-	uint64_t tensor_offset;	  /* where the piece starts inside its tensor */
+	uint64_t tensor_offset;   /* where the piece starts inside its tensor */
 	uint64_t subgroup_offset; /* ... and inside its subgroup */
 	uint64_t len;
 };
@@ -21,10 +21,10 @@ struct dos_piece {
 struct dos_subgroup_map {
 	uint64_t nparams, subgroup_size;
 	uint32_t ntensors, nsubgroups;
-	uint64_t *tensor_start;	     /* [ntensors + 1]: flat offset of each tensor */
-	uint32_t *subgroup_first;    /* [nsubgroups + 1]: first piece of each subgroup */
-	uint32_t *tensor_first;	     /* [ntensors + 1]: first piece of each tensor */
-	struct dos_piece *pieces;    /* [npieces] */
+	uint64_t *tensor_start;   /* [ntensors + 1]: flat offset of each tensor */
+	uint32_t *subgroup_first; /* [nsubgroups + 1]: first piece of each subgroup */
+	uint32_t *tensor_first;   /* [ntensors + 1]: first piece of each tensor */
+	struct dos_piece *pieces; /* [npieces] */
 	uint32_t npieces;
 };
 

@@ -9,18 +9,18 @@
 
 struct dos_train_progress {
 	uint64_t step, steps; /* 1-based step just finished, of steps */
-	double loss;	      /* mean loss of that step (before its update) */
-	int applied;	      /* 0: skipped for overflow */
+	double loss;          /* mean loss of that step (before its update) */
+	int applied;          /* 0: skipped for overflow */
 	double grad_norm;     /* -1 when not computed */
 	double loss_scale;
-	double elapsed;	      /* seconds since the run started */
-	uint64_t tokens;      /* trained so far */
+	double elapsed;  /* seconds since the run started */
+	uint64_t tokens; /* trained so far */
 };
 
 struct dos_train_config {
 	struct dos_model_shape shape;
-	uint32_t micro_batch;	/* sequences per micro-batch */
-	uint32_t accumulation;	/* micro-batches per step */
+	uint32_t micro_batch;  /* sequences per micro-batch */
+	uint32_t accumulation; /* micro-batches per step */
 	uint64_t steps, seed;
 	int checkpoint_activations;
 	const char *data_path;
@@ -32,16 +32,16 @@ struct dos_train_config {
 	/* optional: every task before submission */
 	dos_task_hook hook;
 	void *hook_arg;
-	/* optional: called when the last step has been submitted, before its results are
-	 * waited for (dos-train starts its timeline of the last iteration there) */
+	/* optional: called before the last step is submitted, once every earlier task has
+	 * ended (dos-train starts its timeline of the last iteration there) */
 	void (*before_last_step)(void *arg);
 	void *before_last_step_arg;
 };
 
 /* Optional outputs, each NULL or an array of the stated size. */
 struct dos_train_output {
-	double *losses;			       /* [steps] */
-	float *master, *m, *v, *weights;       /* [nparams] each, after the last step */
+	double *losses;                  /* [steps] */
+	float *master, *m, *v, *weights; /* [nparams] each, after the last step */
 	uint64_t skipped_steps;
 	double seconds;
 };

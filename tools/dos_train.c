@@ -23,7 +23,7 @@
 struct preset {
 	const char *name, *what;
 	struct dos_model_shape shape;
-	uint32_t micro_batch;
+	uint32_t micro_batch, accumulation;
 	uint64_t subgroup_size, steps;
 };
 
@@ -31,12 +31,13 @@ struct preset {
  * keep their sizes; our MLP has two matrices (GELU), so parameter counts are a little
  * below the names. */
 static const struct preset presets[] = {
-	{"tiny", "the PyTorch reference's model", {256, 32, 2, 64, 2, 16}, 4, 4096, 50},
-	{"small", "the default: about two minutes on two cores", {256, 128, 4, 512, 4, 64}, 8, 65536, 300},
-	{"1b", "about 1 B parameters, for one GPU", {50304, 2048, 16, 8192, 16, 1024}, 1, 100000000, 20},
-	{"7b", "hidden 4096, FFN 11008, 32 layers, 32 heads", {50304, 4096, 32, 11008, 32, 2048}, 1, 100000000, 10},
-	{"13b", "hidden 5120, FFN 13824, 40 layers, 40 heads", {50304, 5120, 40, 13824, 40, 2048}, 1, 100000000, 10},
-	{"20b", "hidden 5120, FFN 20480, 40 layers, 64 heads", {50304, 5120, 64, 20480, 40, 2048}, 1, 100000000, 10},
+	{"tiny", "the PyTorch reference's model", {256, 32, 2, 64, 2, 16}, 4, 1, 4096, 50},
+	/* two micro-batches per step: their forward chains run side by side on two cores */
+	{"small", "the default: under two minutes on two cores", {256, 192, 6, 768, 6, 128}, 4, 2, 131072, 500},
+	{"1b", "about 1 B parameters, for one GPU", {50304, 2048, 16, 8192, 16, 1024}, 1, 1, 100000000, 20},
+	{"7b", "hidden 4096, FFN 11008, 32 layers, 32 heads", {50304, 4096, 32, 11008, 32, 2048}, 1, 1, 100000000, 10},
+	{"13b", "hidden 5120, FFN 13824, 40 layers, 40 heads", {50304, 5120, 40, 13824, 40, 2048}, 1, 1, 100000000, 10},
+	{"20b", "hidden 5120, FFN 20480, 40 layers, 64 heads", {50304, 5120, 64, 20480, 40, 2048}, 1, 1, 100000000, 10},
 };
 #define DEFAULT_PRESET 1
 
@@ -54,10 +55,9 @@ struct accounting {
 
 static enum phase phase_of(const char *name)
 {
-	size_t len = strlen(name);
 	if (!strcmp(name, "dos_batch"))
 		return PHASE_DATA;
-	if (len > 4 && !strcmp(name + len - 4, "_bwd"))
+	if (strstr(name, "_bwd"))
 		return PHASE_BACKWARD;
 	if (!strncmp(name, "dos_adam", 8) || !strcmp(name, "dos_flat_copy") || !strcmp(name, "dos_grad_stats"))
 		return PHASE_UPDATE;
@@ -114,10 +114,15 @@ static void start_timeline(void *arg)
 
 /* ---- progress ---------------------------------------------------------------------- */
 
+/* Single-step losses are noisy (each step sees other text): the summary also compares
+ * the mean of the first and of the last LOSS_WINDOW steps. */
+#define LOSS_WINDOW 10
+
 struct progress {
 	int tty, quiet;
 	double first_loss, last_loss;
-	uint64_t skipped;
+	double first_sum, recent[LOSS_WINDOW];
+	uint64_t skipped, seen;
 };
 
 static void format_duration(double s, char *buf, size_t size)
@@ -136,6 +141,9 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 	if (p->step == 1)
 		pr->first_loss = p->loss;
 	pr->last_loss = p->loss;
+	if (pr->seen < LOSS_WINDOW)
+		pr->first_sum += p->loss;
+	pr->recent[pr->seen++ % LOSS_WINDOW] = p->loss;
 	pr->skipped += !p->applied;
 	if (pr->quiet)
 		return;
@@ -155,35 +163,34 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: dos-train [options]\n"
-		"Trains the example decoder model (docs/model.md) with the optimizer's updates placed\n"
-		"by a StarPU scheduling policy. No options: the 'small' model, 300 steps, policy dos.\n\n"
-		"model:\n"
-		"  --preset NAME        tiny, small (default), 1b, 7b, 13b, 20b\n"
-		"  --vocab N --hidden N --heads N --ffn N --layers N --seq-len N   override the shape\n"
-		"  --checkpoint-activations   keep only layer inputs; recompute in backward\n"
-		"training:\n"
-		"  --steps N            optimizer steps\n"
-		"  --micro-batch N      sequences per micro-batch\n"
-		"  --accumulate N       micro-batches per step (gradient accumulation)\n"
-		"  --seed N             weights and data order (default 1234)\n"
-		"  --data FILE          training text (default: the bundled corpus)\n"
-		"optimizer (AdamW):\n"
-		"  --lr X --beta1 X --beta2 X --eps X --weight-decay X   (3e-3, 0.9, 0.95, 1e-8, 0.1)\n"
-		"  --precision P        fp32 (default), bf16 or fp16 (16-bit working weights and\n"
-		"                       gradients; fp16 turns dynamic loss scaling on)\n"
-		"  --loss-scale X       initial dynamic loss scale (fp16 default 65536; 0 = off)\n"
-		"  --clip X             global gradient-norm clipping (0 = off, default)\n"
-		"  --subgroup-size N    parameters per optimizer subgroup\n"
-		"scheduling:\n"
-		"  --policy NAME        dos (default), all-cpu, stride, resident, or a StarPU policy\n"
-		"                       (dmda, dmdas, eager, lws, ...); STARPU_SCHED overrides it\n"
-		"output:\n"
-		"  --plot FILE.svg      picture of the last iteration (workers, links, GPU memory)\n"
-		"  --trace DIR          StarPU FxT trace into DIR (convert with starpu_fxt_tool)\n"
-		"  --dump FILE          write master weights, m, v and working weights (fp32, raw)\n"
-		"  --quiet              only the summary\n");
+	fprintf(f, "usage: dos-train [options]\n"
+		   "Trains the example decoder model (docs/model.md) with the optimizer's updates placed\n"
+		   "by a StarPU scheduling policy. No options: the 'small' model, 500 steps, policy dos.\n\n"
+		   "model:\n"
+		   "  --preset NAME        tiny, small (default), 1b, 7b, 13b, 20b\n"
+		   "  --vocab N --hidden N --heads N --ffn N --layers N --seq-len N   override the shape\n"
+		   "  --checkpoint-activations   keep only layer inputs; recompute in backward\n"
+		   "training:\n"
+		   "  --steps N            optimizer steps\n"
+		   "  --micro-batch N      sequences per micro-batch\n"
+		   "  --accumulate N       micro-batches per step (gradient accumulation)\n"
+		   "  --seed N             weights and data order (default 1234)\n"
+		   "  --data FILE          training text (default: the bundled corpus)\n"
+		   "optimizer (AdamW):\n"
+		   "  --lr X --beta1 X --beta2 X --eps X --weight-decay X   (3e-3, 0.9, 0.95, 1e-8, 0.1)\n"
+		   "  --precision P        fp32 (default), bf16 or fp16 (16-bit working weights and\n"
+		   "                       gradients; fp16 turns dynamic loss scaling on)\n"
+		   "  --loss-scale X       initial dynamic loss scale (fp16 default 65536; 0 = off)\n"
+		   "  --clip X             global gradient-norm clipping (0 = off, default)\n"
+		   "  --subgroup-size N    parameters per optimizer subgroup\n"
+		   "scheduling:\n"
+		   "  --policy NAME        dos (default), all-cpu, stride, resident, or a StarPU policy\n"
+		   "                       (dmda, dmdas, eager, lws, ...); STARPU_SCHED overrides it\n"
+		   "output:\n"
+		   "  --plot FILE.svg      picture of the last iteration (workers, links, GPU memory)\n"
+		   "  --trace DIR          StarPU FxT trace into DIR (convert with starpu_fxt_tool)\n"
+		   "  --dump FILE          write master weights, m, v and working weights (fp32, raw)\n"
+		   "  --quiet              only the summary\n");
 }
 
 static int parse_u64(const char *option, const char *text, uint64_t min, uint64_t max, uint64_t *out)
@@ -255,33 +262,80 @@ int main(int argc, char **argv)
 {
 	const struct preset *preset = &presets[DEFAULT_PRESET];
 	struct dos_train_config cfg = {
-		.accumulation = 1,
 		.seed = 1234,
 		.opt = {.weight_dtype = DOS_FP32,
 			.grad_dtype = DOS_FP32,
-			.hp = {.mode = DOS_ADAMW, .lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
+			.hp = {.mode = DOS_ADAMW,
+			       .lr = 3e-3,
+			       .beta1 = 0.9,
+			       .beta2 = 0.95,
+			       .eps = 1e-8,
+			       .weight_decay = 0.1},
 			.loss_scale_window = 1000},
 	};
 	const char *policy = "dos", *plot = NULL, *trace = NULL, *dump = NULL, *precision = "fp32";
 	int quiet = 0;
 	double loss_scale = -1;
-	uint64_t shape_override[6] = {0}, steps = 0, micro_batch = 0, subgroup = 0, value;
+	uint64_t shape_override[6] = {0}, steps = 0, micro_batch = 0, accumulation = 0, subgroup = 0;
 	enum {
-		O_PRESET = 256, O_VOCAB, O_HIDDEN, O_HEADS, O_FFN, O_LAYERS, O_SEQ, O_CKPT, O_STEPS, O_MB, O_ACC, O_SEED,
-		O_DATA, O_LR, O_B1, O_B2, O_EPS, O_WD, O_PREC, O_LS, O_CLIP, O_SUB, O_POLICY, O_PLOT, O_TRACE, O_DUMP,
-		O_QUIET, O_HELP
+		O_PRESET = 256,
+		O_VOCAB,
+		O_HIDDEN,
+		O_HEADS,
+		O_FFN,
+		O_LAYERS,
+		O_SEQ,
+		O_CKPT,
+		O_STEPS,
+		O_MB,
+		O_ACC,
+		O_SEED,
+		O_DATA,
+		O_LR,
+		O_B1,
+		O_B2,
+		O_EPS,
+		O_WD,
+		O_PREC,
+		O_LS,
+		O_CLIP,
+		O_SUB,
+		O_POLICY,
+		O_PLOT,
+		O_TRACE,
+		O_DUMP,
+		O_QUIET,
+		O_HELP
 	};
-	static const struct option options[] = {
-		{"preset", 1, 0, O_PRESET}, {"vocab", 1, 0, O_VOCAB},	  {"hidden", 1, 0, O_HIDDEN},
-		{"heads", 1, 0, O_HEADS},   {"ffn", 1, 0, O_FFN},	  {"layers", 1, 0, O_LAYERS},
-		{"seq-len", 1, 0, O_SEQ},   {"checkpoint-activations", 0, 0, O_CKPT},
-		{"steps", 1, 0, O_STEPS},   {"micro-batch", 1, 0, O_MB},  {"accumulate", 1, 0, O_ACC},
-		{"seed", 1, 0, O_SEED},	    {"data", 1, 0, O_DATA},	  {"lr", 1, 0, O_LR},
-		{"beta1", 1, 0, O_B1},	    {"beta2", 1, 0, O_B2},	  {"eps", 1, 0, O_EPS},
-		{"weight-decay", 1, 0, O_WD}, {"precision", 1, 0, O_PREC}, {"loss-scale", 1, 0, O_LS},
-		{"clip", 1, 0, O_CLIP},	    {"subgroup-size", 1, 0, O_SUB}, {"policy", 1, 0, O_POLICY},
-		{"plot", 1, 0, O_PLOT},	    {"trace", 1, 0, O_TRACE},	  {"dump", 1, 0, O_DUMP},
-		{"quiet", 0, 0, O_QUIET},   {"help", 0, 0, O_HELP},	  {0, 0, 0, 0}};
+	static const struct option options[] = {{"preset", 1, 0, O_PRESET},
+						{"vocab", 1, 0, O_VOCAB},
+						{"hidden", 1, 0, O_HIDDEN},
+						{"heads", 1, 0, O_HEADS},
+						{"ffn", 1, 0, O_FFN},
+						{"layers", 1, 0, O_LAYERS},
+						{"seq-len", 1, 0, O_SEQ},
+						{"checkpoint-activations", 0, 0, O_CKPT},
+						{"steps", 1, 0, O_STEPS},
+						{"micro-batch", 1, 0, O_MB},
+						{"accumulate", 1, 0, O_ACC},
+						{"seed", 1, 0, O_SEED},
+						{"data", 1, 0, O_DATA},
+						{"lr", 1, 0, O_LR},
+						{"beta1", 1, 0, O_B1},
+						{"beta2", 1, 0, O_B2},
+						{"eps", 1, 0, O_EPS},
+						{"weight-decay", 1, 0, O_WD},
+						{"precision", 1, 0, O_PREC},
+						{"loss-scale", 1, 0, O_LS},
+						{"clip", 1, 0, O_CLIP},
+						{"subgroup-size", 1, 0, O_SUB},
+						{"policy", 1, 0, O_POLICY},
+						{"plot", 1, 0, O_PLOT},
+						{"trace", 1, 0, O_TRACE},
+						{"dump", 1, 0, O_DUMP},
+						{"quiet", 0, 0, O_QUIET},
+						{"help", 0, 0, O_HELP},
+						{0, 0, 0, 0}};
 	int c, bad = 0;
 	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		const char *name = c >= O_PRESET && c <= O_HELP ? options[c - O_PRESET].name : "?";
@@ -292,40 +346,87 @@ int main(int argc, char **argv)
 				if (!strcmp(optarg, presets[i].name))
 					preset = &presets[i];
 			if (!preset) {
-				fprintf(stderr, "dos-train: --preset = '%s': unknown; one of tiny, small, 1b, 7b, 13b, 20b\n",
+				fprintf(stderr,
+					"dos-train: --preset = '%s': unknown; one of tiny, small, 1b, 7b, 13b, 20b\n",
 					optarg);
 				return 2;
 			}
 			break;
 		}
-		case O_VOCAB: case O_HIDDEN: case O_HEADS: case O_FFN: case O_LAYERS: case O_SEQ:
+		case O_VOCAB:
+		case O_HIDDEN:
+		case O_HEADS:
+		case O_FFN:
+		case O_LAYERS:
+		case O_SEQ:
 			bad |= parse_u64(name, optarg, 1, UINT32_MAX, &shape_override[c - O_VOCAB]) != 0;
 			break;
-		case O_CKPT: cfg.checkpoint_activations = 1; break;
-		case O_STEPS: bad |= parse_u64(name, optarg, 1, UINT64_MAX / 2, &steps) != 0; break;
-		case O_MB: bad |= parse_u64(name, optarg, 1, 1u << 20, &micro_batch) != 0; break;
-		case O_ACC:
-			bad |= parse_u64(name, optarg, 1, 1u << 20, &value) != 0;
-			cfg.accumulation = (uint32_t)value;
+		case O_CKPT:
+			cfg.checkpoint_activations = 1;
 			break;
-		case O_SEED: bad |= parse_u64(name, optarg, 0, UINT64_MAX, &cfg.seed) != 0; break;
-		case O_DATA: cfg.data_path = optarg; break;
-		case O_LR: bad |= parse_double(name, optarg, &cfg.opt.hp.lr) != 0; break;
-		case O_B1: bad |= parse_double(name, optarg, &cfg.opt.hp.beta1) != 0; break;
-		case O_B2: bad |= parse_double(name, optarg, &cfg.opt.hp.beta2) != 0; break;
-		case O_EPS: bad |= parse_double(name, optarg, &cfg.opt.hp.eps) != 0; break;
-		case O_WD: bad |= parse_double(name, optarg, &cfg.opt.hp.weight_decay) != 0; break;
-		case O_PREC: precision = optarg; break;
-		case O_LS: bad |= parse_double(name, optarg, &loss_scale) != 0; break;
-		case O_CLIP: bad |= parse_double(name, optarg, &cfg.opt.clip_norm) != 0; break;
-		case O_SUB: bad |= parse_u64(name, optarg, 1, UINT64_MAX, &subgroup) != 0; break;
-		case O_POLICY: policy = optarg; break;
-		case O_PLOT: plot = optarg; break;
-		case O_TRACE: trace = optarg; break;
-		case O_DUMP: dump = optarg; break;
-		case O_QUIET: quiet = 1; break;
-		case O_HELP: usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case O_STEPS:
+			bad |= parse_u64(name, optarg, 1, UINT64_MAX / 2, &steps) != 0;
+			break;
+		case O_MB:
+			bad |= parse_u64(name, optarg, 1, 1u << 20, &micro_batch) != 0;
+			break;
+		case O_ACC:
+			bad |= parse_u64(name, optarg, 1, 1u << 20, &accumulation) != 0;
+			break;
+		case O_SEED:
+			bad |= parse_u64(name, optarg, 0, UINT64_MAX, &cfg.seed) != 0;
+			break;
+		case O_DATA:
+			cfg.data_path = optarg;
+			break;
+		case O_LR:
+			bad |= parse_double(name, optarg, &cfg.opt.hp.lr) != 0;
+			break;
+		case O_B1:
+			bad |= parse_double(name, optarg, &cfg.opt.hp.beta1) != 0;
+			break;
+		case O_B2:
+			bad |= parse_double(name, optarg, &cfg.opt.hp.beta2) != 0;
+			break;
+		case O_EPS:
+			bad |= parse_double(name, optarg, &cfg.opt.hp.eps) != 0;
+			break;
+		case O_WD:
+			bad |= parse_double(name, optarg, &cfg.opt.hp.weight_decay) != 0;
+			break;
+		case O_PREC:
+			precision = optarg;
+			break;
+		case O_LS:
+			bad |= parse_double(name, optarg, &loss_scale) != 0;
+			break;
+		case O_CLIP:
+			bad |= parse_double(name, optarg, &cfg.opt.clip_norm) != 0;
+			break;
+		case O_SUB:
+			bad |= parse_u64(name, optarg, 1, UINT64_MAX, &subgroup) != 0;
+			break;
+		case O_POLICY:
+			policy = optarg;
+			break;
+		case O_PLOT:
+			plot = optarg;
+			break;
+		case O_TRACE:
+			trace = optarg;
+			break;
+		case O_DUMP:
+			dump = optarg;
+			break;
+		case O_QUIET:
+			quiet = 1;
+			break;
+		case O_HELP:
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc) {
@@ -337,11 +438,12 @@ int main(int argc, char **argv)
 
 	cfg.shape = preset->shape;
 	uint32_t *fields[] = {&cfg.shape.vocab, &cfg.shape.hidden, &cfg.shape.heads,
-			      &cfg.shape.ffn,	&cfg.shape.layers, &cfg.shape.seq_len};
+			      &cfg.shape.ffn,   &cfg.shape.layers, &cfg.shape.seq_len};
 	for (int i = 0; i < 6; i++)
 		if (shape_override[i])
 			*fields[i] = (uint32_t)shape_override[i];
 	cfg.micro_batch = micro_batch ? (uint32_t)micro_batch : preset->micro_batch;
+	cfg.accumulation = accumulation ? (uint32_t)accumulation : preset->accumulation;
 	cfg.steps = steps ? steps : preset->steps;
 	uint64_t params = dos_model_param_count(&cfg.shape, NULL);
 	cfg.opt.subgroup_size = subgroup ? subgroup : preset->subgroup_size < params ? preset->subgroup_size : params;
@@ -400,8 +502,9 @@ int main(int argc, char **argv)
 		for (; *all; all++)
 			known |= !strcmp((*all)->policy_name, policy);
 		if (!known) {
-			fprintf(stderr, "dos-train: --policy = '%s': not one of ours (dos, all-cpu, stride, resident) "
-					"nor a StarPU policy\n",
+			fprintf(stderr,
+				"dos-train: --policy = '%s': not one of ours (dos, all-cpu, stride, resident) "
+				"nor a StarPU policy\n",
 				policy);
 			starpu_shutdown();
 			return 2;
@@ -461,6 +564,13 @@ int main(int argc, char **argv)
 	printf("summary: loss %.4f -> %.4f over %llu steps (%llu skipped), %.1f s, %.0f tokens/s\n", pr.first_loss,
 	       pr.last_loss, (unsigned long long)cfg.steps, (unsigned long long)out.skipped_steps, out.seconds,
 	       tokens / out.seconds);
+	uint64_t window = pr.seen < LOSS_WINDOW ? pr.seen : LOSS_WINDOW;
+	double recent_sum = 0;
+	for (uint64_t i = 0; i < window; i++)
+		recent_sum += pr.recent[i];
+	printf("summary: mean loss of the first %llu steps %.4f, of the last %llu steps %.4f\n",
+	       (unsigned long long)window, pr.first_sum / (double)window, (unsigned long long)window,
+	       recent_sum / (double)window);
 	printf("summary: task time by phase (summed over workers):");
 	for (int p = 0; p < PHASE_COUNT; p++)
 		printf(" %s %.2f s%s", phase_names[p], acc.busy[p], p + 1 < PHASE_COUNT ? "," : "\n");
@@ -469,7 +579,8 @@ int main(int argc, char **argv)
 	int status = 0;
 	if (plot) {
 		char title[256];
-		snprintf(title, sizeof title, "dos-train: last iteration, %s model, policy %s", preset->name, effective);
+		snprintf(title, sizeof title, "dos-train: last iteration, %s model, policy %s", preset->name,
+			 effective);
 		if ((err = dos_timeline_write_svg(acc.timeline, plot, title))) {
 			fprintf(stderr, "dos-train: --plot %s: %s\n", plot, strerror(-err));
 			status = 1;
