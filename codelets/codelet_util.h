@@ -28,18 +28,24 @@ struct starpu_task *_dos_task_with_args(const char *function, struct starpu_code
  * implementation) and the codelet _dos_NAME_codelet with CPU_FN and, when built with
  * CUDA, CUDA_FN (asynchronous on StarPU's stream); the remaining arguments are the
  * access modes (none for a variable number of buffers). */
-#define DOS_DEFINE_CODELET(NAME, CPU_FN, CUDA_FN, NBUFFERS, ...)        \
-	static struct starpu_perfmodel NAME##_model = {                 \
-		.type = STARPU_NL_REGRESSION_BASED,                     \
-		.symbol = "dos_" #NAME,                                 \
-	};                                                              \
-	struct starpu_codelet _dos_##NAME##_codelet = {                 \
-		.name = "dos_" #NAME,                                   \
-		.cpu_funcs = {CPU_FN},                                  \
-		.cpu_funcs_name = {#CPU_FN},                            \
-		DOS_CUDA_IMPLEMENTATION(CUDA_FN).nbuffers = (NBUFFERS), \
-		.modes = {__VA_ARGS__},                                 \
-		.model = &NAME##_model,                                 \
+#define DOS_DEFINE_CODELET(NAME, CPU_FN, CUDA_FN, NBUFFERS, ...) \
+	DOS_DEFINE_CODELET_SIZED(NAME, CPU_FN, CUDA_FN, NULL, NBUFFERS, __VA_ARGS__)
+
+/* The same, with the regression on SIZE_FN(task, nimpl) instead of the data size
+ * (the model's products regress on their floating-point operations). */
+#define DOS_DEFINE_CODELET_SIZED(NAME, CPU_FN, CUDA_FN, SIZE_FN, NBUFFERS, ...) \
+	static struct starpu_perfmodel NAME##_model = {                         \
+		.type = STARPU_NL_REGRESSION_BASED,                             \
+		.symbol = "dos_" #NAME,                                         \
+		.size_base = SIZE_FN,                                           \
+	};                                                                      \
+	struct starpu_codelet _dos_##NAME##_codelet = {                         \
+		.name = "dos_" #NAME,                                           \
+		.cpu_funcs = {CPU_FN},                                          \
+		.cpu_funcs_name = {#CPU_FN},                                    \
+		DOS_CUDA_IMPLEMENTATION(CUDA_FN).nbuffers = (NBUFFERS),         \
+		.modes = {__VA_ARGS__},                                         \
+		.model = &NAME##_model,                                         \
 	}
 
 #if defined(DOS_USE_CUDA)

@@ -379,11 +379,43 @@ DOS_DEFINE_CODELET(embed_fwd, embed_fwd_cpu, embed_fwd_cuda, STARPU_VARIABLE_NBU
 DOS_DEFINE_CODELET(embed_bwd, embed_bwd_cpu, embed_bwd_cuda, STARPU_VARIABLE_NBUFFERS);
 DOS_DEFINE_CODELET(rmsnorm_fwd, rmsnorm_fwd_cpu, rmsnorm_fwd_cuda, STARPU_VARIABLE_NBUFFERS);
 DOS_DEFINE_CODELET(rmsnorm_bwd, rmsnorm_bwd_cpu, rmsnorm_bwd_cuda, STARPU_VARIABLE_NBUFFERS);
-DOS_DEFINE_CODELET(linear_fwd, linear_fwd_cpu, linear_fwd_cuda, STARPU_VARIABLE_NBUFFERS);
-DOS_DEFINE_CODELET(linear_bwd_data, linear_bwd_data_cpu, linear_bwd_data_cuda, STARPU_VARIABLE_NBUFFERS);
-DOS_DEFINE_CODELET(linear_bwd_weight, linear_bwd_weight_cpu, linear_bwd_weight_cuda, STARPU_VARIABLE_NBUFFERS);
-DOS_DEFINE_CODELET(attention_fwd, attention_fwd_cpu, attention_fwd_cuda, STARPU_VARIABLE_NBUFFERS);
-DOS_DEFINE_CODELET(attention_bwd, attention_bwd_cpu, attention_bwd_cuda, STARPU_VARIABLE_NBUFFERS);
+/* The products' perfmodels regress time on floating-point operations, not on the data
+ * size (StarPU's default), which says little about a product's cost; the simulated
+ * machines' models are written in the same unit (tools/gen-machine.py). */
+static const struct _dos_model_args *task_args(const struct starpu_task *task)
+{
+	STARPU_ASSERT_MSG(task->cl_arg && task->cl_arg_size == sizeof(struct _dos_model_args),
+			  "%s: cl_arg must be one struct _dos_model_args", task->cl->name);
+	return task->cl_arg;
+}
+
+size_t _dos_linear_flops(struct starpu_task *task, unsigned nimpl)
+{
+	const struct _dos_model_args *a = task_args(task);
+	return 2 * (size_t)a->n * a->d * a->out;
+}
+
+/* q k^T and p v: 2 products of B*H*T*T*hd multiply-adds; backward has 4 */
+size_t _dos_attention_fwd_flops(struct starpu_task *task, unsigned nimpl)
+{
+	const struct _dos_model_args *a = task_args(task);
+	return 4 * (size_t)a->B * a->H * a->T * a->T * a->hd;
+}
+
+size_t _dos_attention_bwd_flops(struct starpu_task *task, unsigned nimpl)
+{
+	return 2 * _dos_attention_fwd_flops(task, nimpl);
+}
+
+DOS_DEFINE_CODELET_SIZED(linear_fwd, linear_fwd_cpu, linear_fwd_cuda, _dos_linear_flops, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET_SIZED(linear_bwd_data, linear_bwd_data_cpu, linear_bwd_data_cuda, _dos_linear_flops,
+			 STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET_SIZED(linear_bwd_weight, linear_bwd_weight_cpu, linear_bwd_weight_cuda, _dos_linear_flops,
+			 STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET_SIZED(attention_fwd, attention_fwd_cpu, attention_fwd_cuda, _dos_attention_fwd_flops,
+			 STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET_SIZED(attention_bwd, attention_bwd_cpu, attention_bwd_cuda, _dos_attention_bwd_flops,
+			 STARPU_VARIABLE_NBUFFERS);
 DOS_DEFINE_CODELET(gelu_fwd, gelu_fwd_cpu, gelu_fwd_cuda, STARPU_VARIABLE_NBUFFERS);
 DOS_DEFINE_CODELET(gelu_bwd, gelu_bwd_cpu, gelu_bwd_cuda, STARPU_VARIABLE_NBUFFERS);
 DOS_DEFINE_CODELET(xent, xent_cpu, xent_cuda, STARPU_VARIABLE_NBUFFERS);

@@ -53,4 +53,9 @@ extern struct starpu_codelet _dos_xent_codelet;
  * STARPU_RW when it accumulates (StarPU reads cl->modes, not the task's, for codelets with
  * a fixed buffer count). */
 
+/* The "size" the products' perfmodels regress on: floating-point operations. */
+size_t _dos_linear_flops(struct starpu_task *task, unsigned nimpl);
+size_t _dos_attention_fwd_flops(struct starpu_task *task, unsigned nimpl);
+size_t _dos_attention_bwd_flops(struct starpu_task *task, unsigned nimpl);
+
 #endif /* DOS_MODEL_CODELETS_H */

@@ -6,6 +6,7 @@
 
 #include "errors.h"
 #include "flat.h"
+#include "host_memory.h"
 #include "iteration.h"
 
 static void submit_task(struct dos_optimizer *opt, struct starpu_task *task)
@@ -62,17 +63,23 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
 	uint64_t P = opt->map.nparams;
 	uint32_t N = opt->map.nsubgroups;
 	int sixteen = cfg->weight_dtype != DOS_FP32;
-	if (starpu_malloc((void **)&opt->master, P * sizeof(float)) ||
-	    starpu_malloc((void **)&opt->m, P * sizeof(float)) || starpu_malloc((void **)&opt->v, P * sizeof(float)))
+	if (dos_host_alloc((void **)&opt->master, P * sizeof(float)) ||
+	    dos_host_alloc((void **)&opt->m, P * sizeof(float)) || dos_host_alloc((void **)&opt->v, P * sizeof(float)))
 		goto no_memory;
 	starpu_data_handle_t **arrays[] = {&opt->master_h, &opt->m_h,        &opt->v_h,
 					   &opt->grad_h,   &opt->weight16_h, &opt->stats_h};
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
 		if (!(*arrays[i] = calloc(N, sizeof(starpu_data_handle_t))))
 			goto no_memory;
-	memcpy(opt->master, initial, P * sizeof(float));
-	memset(opt->m, 0, P * sizeof(float));
-	memset(opt->v, 0, P * sizeof(float));
+	if (DOS_VALUES_ARE_REAL) {
+		memcpy(opt->master, initial, P * sizeof(float));
+		memset(opt->m, 0, P * sizeof(float));
+		memset(opt->v, 0, P * sizeof(float));
+	}
+	/* the copies between tensors and subgroups run where the tensors live: on the GPU
+	 * when there is one (the gradients come from backward there, the weights go to
+	 * forward there) */
+	opt->copies_on_gpu = starpu_cuda_worker_get_count() > 0;
 	for (uint32_t s = 0; s < N; s++) {
 		uint64_t begin = (uint64_t)s * cfg->subgroup_size;
 		uint32_t len = (uint32_t)dos_subgroup_len(&opt->map, s);
@@ -106,10 +113,9 @@ void dos_optimizer_destroy(struct dos_optimizer *opt)
 		free(arrays[i]);
 	}
 	uint64_t bytes = opt->map.nparams * sizeof(float);
-	float *flat[] = {opt->master, opt->m, opt->v};
-	for (size_t i = 0; i < 3; i++)
-		if (flat[i])
-			starpu_free_noflag(flat[i], bytes);
+	dos_host_free(opt->master, bytes);
+	dos_host_free(opt->m, bytes);
+	dos_host_free(opt->v, bytes);
 	dos_subgroup_map_free(&opt->map);
 	*opt = (struct dos_optimizer){0};
 }
@@ -133,6 +139,8 @@ static void submit_gather(struct dos_optimizer *opt, uint32_t s)
 	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, DOS_FP32, count, pieces,
 					     count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
+	if (opt->copies_on_gpu)
+		task->where = STARPU_CUDA;
 	submit_task(opt, task);
 }
 
@@ -156,6 +164,8 @@ static void submit_refresh(struct dos_optimizer *opt, uint32_t t)
 	int err = _dos_flat_copy_task_create(opt->tensor_weight[t], DOS_FP32, sources, opt->cfg.weight_dtype, count,
 					     pieces, count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the weight refresh of tensor %u", t);
+	if (opt->copies_on_gpu)
+		task->where = STARPU_CUDA;
 	submit_task(opt, task);
 }
 

@@ -46,6 +46,7 @@ struct dos_optimizer {
 	uint64_t skipped_steps;                                                     /* steps dropped for overflow */
 	double loss_scale;                                                          /* 1 without dynamic loss scaling */
 	uint32_t good_steps; /* since the last change of the scale */
+	int copies_on_gpu;   /* gathers and refreshes run on CUDA workers (there are some) */
 	dos_task_hook hook;
 	void *hook_arg;
 };

@@ -10,6 +10,7 @@
 
 #include "data.h"
 #include "errors.h"
+#include "host_memory.h"
 #include "model.h"
 #include "model_codelets.h"
 
@@ -115,9 +116,12 @@ int dos_model_create(struct dos_model *m, const struct dos_model_shape *shape, u
 	if (!m->numel || !m->weight || !m->grad)
 		goto no_memory;
 	m->nparams = dos_model_param_count(shape, m->numel);
-	if (starpu_malloc((void **)&m->weights, m->nparams * sizeof(float)) != 0)
+	if (dos_host_alloc((void **)&m->weights, m->nparams * sizeof(float)) != 0)
 		goto no_memory;
-	dos_model_init_weights(shape, seed, m->weights);
+	if (DOS_VALUES_ARE_REAL)
+		dos_model_init_weights(shape, seed, m->weights);
+	/* as in real training, forward and backward run on the GPU when there is one */
+	m->gpu_only = starpu_cuda_worker_get_count() > 0;
 	uint64_t offset = 0;
 	for (uint32_t t = 0; t < m->ntensors; t++) {
 		starpu_vector_data_register(&m->weight[t], STARPU_MAIN_RAM, (uintptr_t)(m->weights + offset),
@@ -142,7 +146,7 @@ void dos_model_destroy(struct dos_model *m)
 		starpu_data_unregister(m->weight[t]);
 		starpu_data_unregister(m->grad[t]);
 	}
-	starpu_free_noflag(m->weights, m->nparams * sizeof(float));
+	dos_host_free(m->weights, m->nparams * sizeof(float));
 	free(m->numel);
 	free(m->weight);
 	free(m->grad);
@@ -171,6 +175,8 @@ static void submit(struct dos_model *m, struct starpu_codelet *cl, const struct 
 	task->cl_arg_size = sizeof *copy;
 	task->cl_arg_free = 1;
 	task->sched_ctx = m->sched_ctx;
+	if (m->gpu_only)
+		task->where = STARPU_CUDA;
 	task->nbuffers = nbuffers;
 	for (int i = 0; i < nbuffers; i++) {
 		task->handles[i] = buffers[i].handle;

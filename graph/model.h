@@ -34,6 +34,7 @@ struct dos_model {
 	struct dos_model_shape shape;
 	uint32_t batch;             /* sequences per micro-batch */
 	int checkpoint_activations; /* keep only layer inputs; recompute the rest in backward */
+	int gpu_only;               /* forward and backward tasks run on CUDA workers (there are some) */
 	unsigned sched_ctx;
 	uint32_t ntensors;
 	uint64_t *numel; /* [ntensors] */

@@ -19,6 +19,79 @@
 #ifndef DOS_DATA_DIR
 #define DOS_DATA_DIR "."
 #endif
+#ifndef DOS_MACHINES_DIR
+#define DOS_MACHINES_DIR "sched/machines"
+#endif
+
+/* ---- --simulate: a machine of sched/machines/ under StarPU's SimGrid variant ---------- */
+
+#ifdef STARPU_SIMGRID
+/* The machines' directory: DOS_MACHINES_DIR in the environment, else the source tree's. */
+static const char *machines_dir(void)
+{
+	const char *env = getenv("DOS_MACHINES_DIR");
+	return env && *env ? env : DOS_MACHINES_DIR;
+}
+
+static void set_default(const char *name, const char *value)
+{
+	setenv(name, value, 0); /* the user's own settings win */
+}
+
+/* StarPU's SimGrid main() loads the machine before it calls ours, so --simulate NAME takes
+ * effect here, before main, from the command line in /proc/self/cmdline: the environment
+ * tools/sim-env.sh prints for NAME. */
+__attribute__((constructor)) static void simulate_from_command_line(void)
+{
+	static char cmdline[65536];
+	FILE *f = fopen("/proc/self/cmdline", "rb");
+	if (!f)
+		return;
+	size_t len = fread(cmdline, 1, sizeof cmdline - 1, f);
+	fclose(f);
+	cmdline[len] = 0;
+	const char *name = NULL;
+	for (size_t i = 0; i < len; i += strlen(cmdline + i) + 1) {
+		const char *arg = cmdline + i;
+		if (!strcmp(arg, "--simulate") && i + strlen(arg) + 1 < len)
+			name = arg + strlen(arg) + 1;
+		else if (!strncmp(arg, "--simulate=", 11))
+			name = arg + 11;
+	}
+	if (!name)
+		return;
+	char dir[4096], path[4200], line[256];
+	snprintf(dir, sizeof dir, "%s/%s", machines_dir(), name);
+	snprintf(path, sizeof path, "%s/sim.env", dir);
+	f = *name && !strchr(name, '/') ? fopen(path, "r") : NULL;
+	if (!f) {
+		fprintf(stderr, "dos-train: --simulate = '%s': no such machine in %s (see sched/machines/README.md)\n",
+			name, machines_dir());
+		_exit(2);
+	}
+	while (fgets(line, sizeof line, f)) { /* STARPU_NCPU, STARPU_NCUDA, STARPU_LIMIT_CUDA_MEM */
+		char *eq = strchr(line, '=');
+		if (line[0] == '#' || !eq)
+			continue;
+		*eq = 0;
+		eq[1 + strcspn(eq + 1, "\n")] = 0;
+		set_default(line, eq + 1);
+	}
+	fclose(f);
+	setenv("STARPU_HOSTNAME", name, 1);
+	setenv("STARPU_PERF_MODEL_DIR", dir, 1);
+	set_default("STARPU_NOPENCL", "0");
+	/* the simulated machine's own costs only, as tools/sim-env.sh */
+	set_default("STARPU_SIMGRID_TRANSFER_COST", "1");
+	const char *zero[] = {"STARPU_SIMGRID_CUDA_MALLOC_COST",    "STARPU_SIMGRID_CUDA_QUEUE_COST",
+			      "STARPU_SIMGRID_TASK_SUBMIT_COST",    "STARPU_SIMGRID_TASK_PUSH_COST",
+			      "STARPU_SIMGRID_FETCHING_INPUT_COST", "STARPU_SIMGRID_SCHED_COST"};
+	for (size_t i = 0; i < sizeof zero / sizeof *zero; i++)
+		set_default(zero[i], "0");
+	/* folded host arrays: 64 MiB pages keep a 20 B model's state under 16384 mappings */
+	set_default("STARPU_MALLOC_SIMULATION_FOLD", "64");
+}
+#endif
 
 struct preset {
 	const char *name, *what;
@@ -153,8 +226,10 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 	int every = p->steps <= 50 ? 1 : (int)(p->steps / 50);
 	if (!pr->tty && p->step % every && p->step != p->steps)
 		return;
-	printf("%sstep %5llu/%llu  loss %.4f  %8.0f tokens/s  ETA %s%s%s", pr->tty ? "\r" : "",
-	       (unsigned long long)p->step, (unsigned long long)p->steps, p->loss, rate, eta_text,
+	char loss_text[32];
+	snprintf(loss_text, sizeof loss_text, isnan(p->loss) ? "n/a" : "%.4f", p->loss);
+	printf("%sstep %5llu/%llu  loss %s  %8.0f tokens/s  ETA %s%s%s", pr->tty ? "\r" : "",
+	       (unsigned long long)p->step, (unsigned long long)p->steps, loss_text, rate, eta_text,
 	       p->applied ? "" : "  (skipped: overflow)", pr->tty ? "   " : "\n");
 	fflush(stdout);
 }
@@ -189,6 +264,9 @@ static void usage(FILE *f)
 		   "output:\n"
 		   "  --plot FILE.svg      picture of the last iteration (workers, links, GPU memory)\n"
 		   "  --trace DIR          StarPU FxT trace into DIR (convert with starpu_fxt_tool)\n"
+		   "  --simulate NAME      run on a simulated machine of sched/machines/ (h100-pcie5,\n"
+		   "                       a100-pcie4, h200): only in the build against StarPU's SimGrid\n"
+		   "                       variant (build-simgrid/dos-train); times simulated, no losses\n"
 		   "  --dump FILE          write master weights, m, v and working weights (fp32, raw)\n"
 		   "  --quiet              only the summary\n");
 }
@@ -273,7 +351,7 @@ int main(int argc, char **argv)
 			       .weight_decay = 0.1},
 			.loss_scale_window = 1000},
 	};
-	const char *policy = "dos", *plot = NULL, *trace = NULL, *dump = NULL, *precision = "fp32";
+	const char *policy = "dos", *plot = NULL, *trace = NULL, *dump = NULL, *precision = "fp32", *simulate = NULL;
 	int quiet = 0;
 	double loss_scale = -1;
 	uint64_t shape_override[6] = {0}, steps = 0, micro_batch = 0, accumulation = 0, subgroup = 0;
@@ -305,37 +383,24 @@ int main(int argc, char **argv)
 		O_TRACE,
 		O_DUMP,
 		O_QUIET,
+		O_SIMULATE,
 		O_HELP
 	};
-	static const struct option options[] = {{"preset", 1, 0, O_PRESET},
-						{"vocab", 1, 0, O_VOCAB},
-						{"hidden", 1, 0, O_HIDDEN},
-						{"heads", 1, 0, O_HEADS},
-						{"ffn", 1, 0, O_FFN},
-						{"layers", 1, 0, O_LAYERS},
-						{"seq-len", 1, 0, O_SEQ},
-						{"checkpoint-activations", 0, 0, O_CKPT},
-						{"steps", 1, 0, O_STEPS},
-						{"micro-batch", 1, 0, O_MB},
-						{"accumulate", 1, 0, O_ACC},
-						{"seed", 1, 0, O_SEED},
-						{"data", 1, 0, O_DATA},
-						{"lr", 1, 0, O_LR},
-						{"beta1", 1, 0, O_B1},
-						{"beta2", 1, 0, O_B2},
-						{"eps", 1, 0, O_EPS},
-						{"weight-decay", 1, 0, O_WD},
-						{"precision", 1, 0, O_PREC},
-						{"loss-scale", 1, 0, O_LS},
-						{"clip", 1, 0, O_CLIP},
-						{"subgroup-size", 1, 0, O_SUB},
-						{"policy", 1, 0, O_POLICY},
-						{"plot", 1, 0, O_PLOT},
-						{"trace", 1, 0, O_TRACE},
-						{"dump", 1, 0, O_DUMP},
-						{"quiet", 0, 0, O_QUIET},
-						{"help", 0, 0, O_HELP},
-						{0, 0, 0, 0}};
+	static const struct option options[] = {{"preset", 1, 0, O_PRESET},  {"vocab", 1, 0, O_VOCAB},
+						{"hidden", 1, 0, O_HIDDEN},  {"heads", 1, 0, O_HEADS},
+						{"ffn", 1, 0, O_FFN},        {"layers", 1, 0, O_LAYERS},
+						{"seq-len", 1, 0, O_SEQ},    {"checkpoint-activations", 0, 0, O_CKPT},
+						{"steps", 1, 0, O_STEPS},    {"micro-batch", 1, 0, O_MB},
+						{"accumulate", 1, 0, O_ACC}, {"seed", 1, 0, O_SEED},
+						{"data", 1, 0, O_DATA},      {"lr", 1, 0, O_LR},
+						{"beta1", 1, 0, O_B1},       {"beta2", 1, 0, O_B2},
+						{"eps", 1, 0, O_EPS},        {"weight-decay", 1, 0, O_WD},
+						{"precision", 1, 0, O_PREC}, {"loss-scale", 1, 0, O_LS},
+						{"clip", 1, 0, O_CLIP},      {"subgroup-size", 1, 0, O_SUB},
+						{"policy", 1, 0, O_POLICY},  {"plot", 1, 0, O_PLOT},
+						{"trace", 1, 0, O_TRACE},    {"dump", 1, 0, O_DUMP},
+						{"quiet", 0, 0, O_QUIET},    {"simulate", 1, 0, O_SIMULATE},
+						{"help", 0, 0, O_HELP},      {0, 0, 0, 0}};
 	int c, bad = 0;
 	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		const char *name = c >= O_PRESET && c <= O_HELP ? options[c - O_PRESET].name : "?";
@@ -421,6 +486,9 @@ int main(int argc, char **argv)
 		case O_QUIET:
 			quiet = 1;
 			break;
+		case O_SIMULATE:
+			simulate = optarg; /* applied before main (simulate_from_command_line) */
+			break;
 		case O_HELP:
 			usage(stdout);
 			return 0;
@@ -468,6 +536,19 @@ int main(int argc, char **argv)
 	cfg.opt.loss_scale_init = loss_scale;
 	if (!cfg.data_path)
 		cfg.data_path = default_data_path();
+#ifdef STARPU_SIMGRID
+	const char *machine = getenv("STARPU_HOSTNAME");
+	if (!simulate)
+		printf("dos-train: simulated machine %s (environment set by the caller)\n", machine ? machine : "?");
+#else
+	if (simulate) {
+		fprintf(stderr,
+			"dos-train: --simulate = '%s': this dos-train runs on the real machine; use the one built "
+			"against StarPU's SimGrid variant (build-simgrid/dos-train)\n",
+			simulate);
+		return 2;
+	}
+#endif
 
 	if (trace) {
 		if (mkdir(trace, 0755) != 0 && errno != EEXIST) {
@@ -561,16 +642,28 @@ int main(int argc, char **argv)
 		return err == -EINVAL || err == -ENOENT ? 2 : 1;
 	}
 	uint64_t tokens = cfg.steps * (uint64_t)cfg.accumulation * cfg.micro_batch * cfg.shape.seq_len;
-	printf("summary: loss %.4f -> %.4f over %llu steps (%llu skipped), %.1f s, %.0f tokens/s\n", pr.first_loss,
-	       pr.last_loss, (unsigned long long)cfg.steps, (unsigned long long)out.skipped_steps, out.seconds,
-	       tokens / out.seconds);
-	uint64_t window = pr.seen < LOSS_WINDOW ? pr.seen : LOSS_WINDOW;
-	double recent_sum = 0;
-	for (uint64_t i = 0; i < window; i++)
-		recent_sum += pr.recent[i];
-	printf("summary: mean loss of the first %llu steps %.4f, of the last %llu steps %.4f\n",
-	       (unsigned long long)window, pr.first_sum / (double)window, (unsigned long long)window,
-	       recent_sum / (double)window);
+#ifdef STARPU_SIMGRID
+	const char *clock = " simulated";
+#else
+	const char *clock = "";
+#endif
+	if (isnan(pr.first_loss)) {
+		printf("summary: %llu steps (%llu skipped) in %.3f%s s (%.3f s per step), %.0f tokens/s; no losses "
+		       "(no task body runs in simulation)\n",
+		       (unsigned long long)cfg.steps, (unsigned long long)out.skipped_steps, out.seconds, clock,
+		       out.seconds / (double)cfg.steps, tokens / out.seconds);
+	} else {
+		printf("summary: loss %.4f -> %.4f over %llu steps (%llu skipped), %.1f%s s, %.0f tokens/s\n",
+		       pr.first_loss, pr.last_loss, (unsigned long long)cfg.steps,
+		       (unsigned long long)out.skipped_steps, out.seconds, clock, tokens / out.seconds);
+		uint64_t window = pr.seen < LOSS_WINDOW ? pr.seen : LOSS_WINDOW;
+		double recent_sum = 0;
+		for (uint64_t i = 0; i < window; i++)
+			recent_sum += pr.recent[i];
+		printf("summary: mean loss of the first %llu steps %.4f, of the last %llu steps %.4f\n",
+		       (unsigned long long)window, pr.first_sum / (double)window, (unsigned long long)window,
+		       recent_sum / (double)window);
+	}
 	printf("summary: task time by phase (summed over workers):");
 	for (int p = 0; p < PHASE_COUNT; p++)
 		printf(" %s %.2f s%s", phase_names[p], acc.busy[p], p + 1 < PHASE_COUNT ? "," : "\n");
