@@ -6,7 +6,11 @@
 #     scaling and clipping);
 #  2. the default run trains: the mean loss of its last 10 steps is at least 1.0 below
 #     that of its first 10 (measured: 3.76 -> 2.50; ln 256 = 5.55 is a uniform guess);
-#  3. bad options are refused with a message naming the option and the value.
+#  3. updates overlap backward: without clipping some subgroup updates start while backward
+#     still runs (their gradients are final); with clipping none do (the barrier);
+#  4. a step skipped for overflow leaves the state bit for bit: with an absurd loss scale
+#     every fp16 step overflows, and master weights, m and v stay as initialised;
+#  5. bad options are refused with a message naming the option and the value.
 # DOS_QUICK_CHECK=1 (sanitizer and distcheck builds) runs 60 steps of the default model
 # instead of the full run, with a margin of 0.4 (measured: 3.76 -> 3.15).
 set -u
@@ -74,7 +78,29 @@ awk -v f="$first" -v l="$last" -v m="$margin" 'BEGIN { exit !(l <= f - m) }' ||
 	fail "the loss dropped from $first to $last, less than $margin"
 echo "the default run trains: mean loss $first -> $last (required drop $margin)"
 
-# ---- 3. bad options -------------------------------------------------------------------
+# ---- 3. updates overlap backward ---------------------------------------------------------
+overlap=$(sed -n 's/.*; \([0-9]*\) of them started while backward was still running/\1/p' "$work/default.log")
+[ -n "$overlap" ] && [ "$overlap" -gt 0 ] || fail "no update overlapped backward in the default run ('$overlap')"
+$train --preset tiny --steps 5 --clip 1.0 --quiet >"$work/clip.log" 2>&1 || fail "the clipped run failed"
+grep -q '; 0 of them started while backward was still running' "$work/clip.log" ||
+	fail "with clipping, updates started before backward ended: $(grep 'subgroup updates' "$work/clip.log")"
+echo "updates overlap backward: $overlap updates without clipping, none with clipping (the barrier)"
+
+# ---- 4. overflow skips leave the state unchanged -----------------------------------------
+$train --preset tiny --steps 4 --precision fp16 --loss-scale 1e30 --quiet --dump "$work/skipped.bin" \
+	>"$work/skip.log" 2>&1 || fail "the overflowing run failed: $(cat "$work/skip.log")"
+grep -q '(4 skipped)' "$work/skip.log" || fail "expected 4 skipped steps: $(grep summary "$work/skip.log")"
+# the dump is master, m, v, working weights (P floats each): m and v zero, master = weights = init
+python3 -c '
+import sys
+data = open(sys.argv[1], "rb").read()
+p = len(data) // 16
+master, m, v, w = (data[i * 4 * p:(i + 1) * 4 * p] for i in range(4))
+sys.exit(0 if m == bytes(4 * p) and v == bytes(4 * p) and master == w else 1)
+' "$work/skipped.bin" || fail "skipped steps changed master weights, m or v"
+echo "overflow: 4 skipped steps, master weights, m and v bit for bit as initialised"
+
+# ---- 5. bad options -------------------------------------------------------------------
 expect_refusal() { # expected text, args...
 	want=$1
 	shift

@@ -119,12 +119,62 @@ static const struct preset presets[] = {
 enum phase { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE, PHASE_COUNT };
 static const char *const phase_names[PHASE_COUNT] = {"data", "forward", "backward", "update"};
 
+/* Time intervals (us), to tell how many updates ran while backward was still running. */
+struct intervals {
+	double (*at)[2];
+	size_t n, cap;
+};
+
 struct accounting {
 	pthread_mutex_t lock;
 	double busy[PHASE_COUNT]; /* task seconds, summed over workers */
 	uint64_t updates_cpu, updates_gpu;
+	struct intervals backward, updates;
 	struct dos_timeline *timeline;
 };
+
+static void intervals_add(struct intervals *iv, double start, double end)
+{
+	if (iv->n == iv->cap) {
+		size_t cap = iv->cap ? 2 * iv->cap : 4096;
+		double(*grown)[2] = realloc(iv->at, cap * sizeof *grown);
+		if (!grown)
+			return; /* the overlap count is a statistic: losing entries only lowers it */
+		iv->at = grown;
+		iv->cap = cap;
+	}
+	iv->at[iv->n][0] = start;
+	iv->at[iv->n][1] = end;
+	iv->n++;
+}
+
+static int by_start(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Updates that started while some backward task was running. */
+static size_t updates_during_backward(struct intervals *backward, struct intervals *updates)
+{
+	qsort(backward->at, backward->n, sizeof *backward->at, by_start);
+	for (size_t i = 1; i < backward->n; i++) /* end becomes the running maximum */
+		backward->at[i][1] = fmax(backward->at[i][1], backward->at[i - 1][1]);
+	size_t count = 0;
+	for (size_t u = 0; u < updates->n; u++) {
+		double t = updates->at[u][0];
+		size_t lo = 0, hi = backward->n; /* first interval starting after t */
+		while (lo < hi) {
+			size_t mid = (lo + hi) / 2;
+			if (backward->at[mid][0] <= t)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		count += lo > 0 && backward->at[lo - 1][1] > t;
+	}
+	return count;
+}
 
 static enum phase phase_of(const char *name)
 {
@@ -151,9 +201,15 @@ static void account_task(void *arg)
 	if (info) {
 		double seconds = starpu_timing_timespec_delay_us(&info->start_time, &info->end_time) * 1e-6;
 		const char *name = starpu_task_get_name(task);
+		double start = starpu_timing_timespec_to_us(&info->start_time);
+		double end = starpu_timing_timespec_to_us(&info->end_time);
+		enum phase phase = phase_of(name ? name : "");
 		pthread_mutex_lock(&w->acc->lock);
-		w->acc->busy[phase_of(name ? name : "")] += seconds;
+		w->acc->busy[phase] += seconds;
+		if (phase == PHASE_BACKWARD)
+			intervals_add(&w->acc->backward, start, end);
 		if (task->cl && !strcmp(task->cl->name, "dos_adam")) {
+			intervals_add(&w->acc->updates, start, end);
 			if (starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER)
 				w->acc->updates_gpu++;
 			else
@@ -667,8 +723,10 @@ int main(int argc, char **argv)
 	printf("summary: task time by phase (summed over workers):");
 	for (int p = 0; p < PHASE_COUNT; p++)
 		printf(" %s %.2f s%s", phase_names[p], acc.busy[p], p + 1 < PHASE_COUNT ? "," : "\n");
-	printf("summary: subgroup updates ran %llu on CPU workers, %llu on GPU workers\n",
-	       (unsigned long long)acc.updates_cpu, (unsigned long long)acc.updates_gpu);
+	printf("summary: subgroup updates ran %llu on CPU workers, %llu on GPU workers; %zu of them started while "
+	       "backward was still running\n",
+	       (unsigned long long)acc.updates_cpu, (unsigned long long)acc.updates_gpu,
+	       updates_during_backward(&acc.backward, &acc.updates));
 	int status = 0;
 	if (plot) {
 		char title[256];
@@ -683,6 +741,8 @@ int main(int argc, char **argv)
 	if (dump && write_dump(dump, &out, params))
 		status = 1;
 	dos_timeline_destroy(acc.timeline);
+	free(acc.backward.at);
+	free(acc.updates.at);
 	free(out.master);
 	free(out.m);
 	free(out.v);
