@@ -30,7 +30,7 @@ for s in site.getsitepackages() + [site.getusersitepackages()]:
 )
 export LD_LIBRARY_PATH=$bundle/lib:$(echo "$cuda_dirs" | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export STARPU_HOME=$out/starpu-home STARPU_SILENT=1 DOS_QUIET=1
-export DOS_GOLDEN_DIR=$bundle/share/golden
+export DOS_GOLDEN_DIR=$bundle/share/golden DOS_SOURCE_DIR=$bundle/share
 mkdir -p "$STARPU_HOME"
 
 summary=$out/summary.txt
@@ -64,10 +64,18 @@ if grep -q 'not found' "$out/ldd.txt"; then
 	grep 'not found' "$out/ldd.txt" | sort -u >&2
 fi
 step starpu_machine_display "$bundle/bin/starpu_machine_display"
-for t in "$bundle"/tests/test_cuda_parity "$bundle"/tests/test_*; do
+for t in "$bundle"/tests/test_cuda_parity "$bundle"/tests/test_model_cuda "$bundle"/tests/test_*; do
 	name=$(basename "$t")
+	case $name in *.sh) continue ;; esac
 	grep -q "^$name " "$summary" || step "$name" "$t"
 done
+# dos-train's end-to-end test expects ./dos-train (forward and backward now on the GPU)
+(cd "$bundle/bin" && DOS_QUICK_CHECK=1 step test_train.sh sh ../tests/test_train.sh)
+# the optimizer's placement must not change the result with a GPU either: every update on
+# the CPU against every update on the GPU (resident ratio 1), forward/backward on the GPU
+step invariance_cpu_gpu sh -c "'$bundle/bin/dos-train' --preset tiny --steps 12 --quiet --policy all-cpu \
+	--dump '$out/all-cpu.bin' && DOS_RESIDENT_RATIO=1 '$bundle/bin/dos-train' --preset tiny --steps 12 --quiet \
+	--policy resident --dump '$out/all-gpu.bin' && cmp '$out/all-cpu.bin' '$out/all-gpu.bin'"
 step calibrate_bus "$bundle/bin/starpu_calibrate_bus"
 step bench_adam "$bundle/bin/dos-bench" adam
 step calibrate_codelets env STARPU_CALIBRATE=1 "$bundle/bin/dos-bench" calibrate
@@ -76,10 +84,18 @@ step host_measurements "$bundle/bin/dos-bench" host
 # (2e9 params: 32 GB of host state; DEVICE_CHECK_POLICY_PARAMS for smaller hosts)
 step policies env DOS_SCHED_VERBOSE=1 "$bundle/bin/dos-bench" optimizer --params "${DEVICE_CHECK_POLICY_PARAMS:-2e9}" \
 	--subgroup 1e8 --steps 3 --policies dos,all-cpu,stride,resident,dmda,lws
+# whole training iterations of a ~1 B model (issue 5's target): iteration time per policy,
+# the last iteration of dos drawn; DEVICE_CHECK_TRAIN_PRESET for another size
+for policy in dos dmda all-cpu stride; do
+	step "train_$policy" env STARPU_MINIMUM_CLEAN_BUFFERS=0 STARPU_TARGET_CLEAN_BUFFERS=0 \
+		"$bundle/bin/dos-train" --preset "${DEVICE_CHECK_TRAIN_PRESET:-1b}" --steps 6 --policy "$policy" \
+		--plot "$out/train_$policy.svg"
+done
 
 echo
 echo "== device check: $(head -n 1 "$out/machine.txt"), results in $out"
 sed -n '/^# Summary/,$p' "$out/bench_adam.log" 2>/dev/null
 grep -E '^(policy|dos|all-cpu|stride|resident|dmda|lws) |^# bound' "$out/policies.log" 2>/dev/null
+grep -H '^summary: ' "$out"/train_*.log 2>/dev/null
 cat "$summary"
 ! grep -qE 'FAIL|TIMEOUT' "$summary"

@@ -14,7 +14,7 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 limit_mib=60
 
 rm -rf "$bundle"
-mkdir -p "$bundle"/{bin,lib,tests,share/golden}
+mkdir -p "$bundle"/{bin,lib,tests,share/golden,share/data,share/tests/reference}
 
 # The real ELF file behind a libtool-built program.
 real_binary() {
@@ -29,12 +29,17 @@ for t in "$build"/tests/test_*; do
 	cp "$(real_binary "$t")" "$bundle/tests/$(basename "$t")"
 done
 cp "$(real_binary "$build/dos-bench")" "$bundle/bin/dos-bench"
+cp "$(real_binary "$build/dos-train")" "$bundle/bin/dos-train"
+cp "$top"/tests/test_train.sh "$bundle/tests/"
 for tool in starpu_machine_display starpu_calibrate_bus starpu_perfmodel_display; do
 	cp "$starpu/bin/$tool" "$bundle/bin/"
 done
 cp -P "$build"/.libs/libstarpu-dos.so* "$bundle/lib/"
 cp -P "$starpu"/lib/libstarpu-1.4.so* "$bundle/lib/"
 cp "$top"/tests/golden/adam_torch.bin "$bundle/share/golden/"
+# what dos-train and the model tests read, laid out as in the source tree (DOS_SOURCE_DIR)
+cp "$top"/data/corpus.txt "$bundle/share/data/"
+cp "$top"/tests/reference/model_torch_tiny.bin "$bundle/share/tests/reference/"
 
 # Shared libraries the binaries load, except the C runtime, the GPU driver and the CUDA
 # toolkit libraries (StarPU links cuBLAS, cuSPARSE, cuSOLVER: about 900 MB), which the
@@ -46,7 +51,8 @@ is_system_lib() {
 	esac
 	return 1
 }
-for f in "$bundle"/bin/* "$bundle"/tests/* "$bundle"/lib/*.so*; do
+for f in "$bundle"/bin/* "$bundle"/tests/test_* "$bundle"/lib/*.so*; do
+	[[ $f == *.sh ]] && continue # ldd fails on scripts, and set -e ends the loop
 	LD_LIBRARY_PATH="$bundle/lib:$starpu/lib" ldd "$f" 2>/dev/null | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r name path; do
 	is_system_lib "$name" || [[ -e $bundle/lib/$name ]] || cp -L "$path" "$bundle/lib/$name"
