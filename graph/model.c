@@ -89,6 +89,18 @@ void dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, floa
 	}
 }
 
+uint64_t dos_model_gpu_bytes(const struct dos_model *m)
+{
+	const struct dos_model_shape *s = &m->shape;
+	uint64_t n = (uint64_t)m->batch * s->seq_len, d = s->hidden, F = s->ffn, V = s->vocab;
+	/* what one layer's backward needs from its forward (layer_activations, and x) */
+	uint64_t layer = 8 * n * d + 2 * n + 2 * n * F + (uint64_t)m->batch * s->heads * s->seq_len * s->seq_len;
+	uint64_t saved = m->checkpoint_activations ? s->layers * n * d + layer : s->layers * layer;
+	uint64_t head = 2 * n * d + 2 * n * V + 2 * n; /* hf, x_L, logits, dlogits, rstdf, loss */
+	uint64_t transients = 2 * n * F + 6 * n * d;   /* backward's da, du, dh, datt, dqkv, dx */
+	return 4 * (2 * m->nparams + saved + head + transients);
+}
+
 int dos_model_create(struct dos_model *m, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
 		     int checkpoint_activations, unsigned sched_ctx)
 {

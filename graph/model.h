@@ -62,6 +62,11 @@ int dos_model_create(struct dos_model *model, const struct dos_model_shape *shap
 /* Waits for the model's tasks, unregisters and frees (model->weights is up to date). */
 void dos_model_destroy(struct dos_model *model);
 
+/* GPU memory forward and backward of one micro-batch keep at their peak: working weights
+ * and gradients (fp32), and the activations alive at once (an upper bound from the
+ * shape). */
+uint64_t dos_model_gpu_bytes(const struct dos_model *model);
+
 /* Submits forward and backward of one micro-batch (ids and targets: int32 handles of
  * batch * seq_len tokens, unregistered here after their last use). Gradients are written
  * (accumulate = 0) or added (accumulate = 1) into model->grad, scaled by grad_scale (which

@@ -54,6 +54,23 @@ static void copy_home(starpu_data_handle_t *h, uint32_t n, const float *flat, fl
 		starpu_data_release(h[i]);
 }
 
+/* Tells a starpu-dos policy what the iteration keeps on the GPU besides the optimizer's
+ * state: the model's weights, gradients and activations (the micro-batches of a step may
+ * run side by side), and the subgroups' gradients and 16-bit weights, which the copies
+ * produce there. Other policies have nothing to be told. */
+static void declare_gpu_memory(const struct dos_train_config *cfg, const struct dos_model *model,
+			       const struct dos_optimizer *opt)
+{
+	struct dos_sched_stats stats;
+	if (starpu_cuda_worker_get_count() == 0 || dos_sched_get_stats(cfg->sched_ctx, &stats) != 0)
+		return;
+	double per_param = (double)dos_dtype_size(opt->cfg.grad_dtype) + (opt->cfg.weight_dtype == DOS_FP32 ? 0 : 2);
+	double model_bytes = (double)dos_model_gpu_bytes(model);
+	double activations = model_bytes - 8.0 * (double)model->nparams;
+	dos_sched_reserve_gpu_bytes(cfg->sched_ctx, model_bytes + (cfg->accumulation > 1 ? activations : 0) +
+							    per_param * (double)model->nparams);
+}
+
 static int check_config(const struct dos_train_config *c)
 {
 	int err;
@@ -107,6 +124,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	opt.hook = cfg->hook;
 	opt.hook_arg = cfg->hook_arg;
 
+	declare_gpu_memory(cfg, &model, &opt);
 	uint32_t A = cfg->accumulation, tokens = cfg->micro_batch * cfg->shape.seq_len;
 	starpu_data_handle_t loss_slots[2][A];
 	memset(loss_slots, 0, sizeof loss_slots);

@@ -205,6 +205,14 @@ int dos_host_cpu_rate_record(double params_per_second);
  * Errors: -EINVAL for a NULL `out` or a context not run by one of our policies. */
 int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);
 
+/* Declares the GPU memory the application's own tasks in `sched_ctx` keep during an
+ * iteration (weights, gradients and the peak of activations: what forward and backward
+ * will need), which the dos plan then leaves free for them; it replaces the previous
+ * declaration, and DOS_GPU_RESERVE_MIB adds to it. The training graph (graph/train.c)
+ * declares its own from the model's shape. Errors: -EINVAL for a negative or non-finite
+ * `bytes` or a context not run by one of our policies. */
+int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -37,6 +37,7 @@
 #include "codelets.h"
 #include "dos.h"
 #include "planner.h"
+#include "errors.h"
 #include "rates.h"
 
 enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
@@ -87,6 +88,7 @@ struct policy {
 	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
 	double app_inflight_bytes, app_peak_bytes;
 	double declared_reserve_bytes; /* DOS_GPU_RESERVE_MIB */
+	double app_reserve_bytes;      /* dos_sched_reserve_gpu_bytes */
 	/* CPU-planned updates: one pool any CPU worker of the context takes from, as
 	 * DeepSpeed's CPU Adam takes the next subgroup (cheaper than predicting which of
 	 * several cores sharing memory bandwidth finishes first) */
@@ -374,15 +376,18 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 		.grads_on_gpu = home_is_gpu(STARPU_TASK_GET_HANDLE(first, 3)),
 		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(STARPU_TASK_GET_HANDLE(first, 4)),
 	};
-	/* Forecast of the application's GPU memory during the update: the peak working set of
-	 * its own GPU tasks seen so far (not StarPU's used-memory counter, which also holds
-	 * the allocation cache of our staged state), plus what the user declares for data
-	 * that stays on the GPU between tasks (activations): DOS_GPU_RESERVE_MIB, plus the
-	 * gradients and 16-bit weights that live on the GPU. */
+	/* Forecast of the application's GPU memory during the update: what the application
+	 * declares its tasks keep over an iteration (dos_sched_reserve_gpu_bytes: weights,
+	 * gradients, peak activations; the training graph declares it from the model's
+	 * shape), or else the peak working set of its GPU tasks seen so far (not StarPU's
+	 * used-memory counter, which also holds the allocation cache of our staged state);
+	 * plus DOS_GPU_RESERVE_MIB, plus the gradients and 16-bit weights homed on the GPU. */
 	struct dos_machine_costs m;
 	int calibrated;
 	_dos_measure_costs(first, sched_ctx, &homes,
-			   p->app_peak_bytes + p->declared_reserve_bytes + gpu_homed_inputs_bytes(s), &m, &calibrated);
+			   fmax(p->app_peak_bytes, p->app_reserve_bytes) + p->declared_reserve_bytes +
+				   gpu_homed_inputs_bytes(s),
+			   &m, &calibrated);
 
 	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
 	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
@@ -723,15 +728,34 @@ struct starpu_sched_policy **starpu_get_sched_lib_policies(void)
 	return all_policies;
 }
 
+/* Our policy's state in `sched_ctx`, or NULL when another policy runs it. */
+static struct policy *our_policy(unsigned sched_ctx)
+{
+	/* StarPU keeps its own copy of the policy structure: recognise ours by its code */
+	struct starpu_sched_policy *pol = starpu_sched_ctx_get_sched_policy(sched_ctx);
+	return pol && pol->push_task == push_task ? policy_of(sched_ctx) : NULL;
+}
+
+int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes)
+{
+	if (!(bytes >= 0) || !isfinite(bytes))
+		return DOS_FAIL(-EINVAL, "bytes = %g must be finite and >= 0", bytes);
+	struct policy *p = our_policy(sched_ctx);
+	if (!p)
+		return DOS_FAIL(-EINVAL, "scheduling context %u is not run by a starpu-dos policy", sched_ctx);
+	lock_plan(p);
+	p->app_reserve_bytes = bytes;
+	unlock_plan(p);
+	return 0;
+}
+
 int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out)
 {
 	if (!out)
 		return -EINVAL;
-	/* StarPU keeps its own copy of the policy structure: recognise ours by its code */
-	struct starpu_sched_policy *pol = starpu_sched_ctx_get_sched_policy(sched_ctx);
-	if (!pol || pol->push_task != push_task)
+	struct policy *p = our_policy(sched_ctx);
+	if (!p)
 		return -EINVAL;
-	struct policy *p = policy_of(sched_ctx);
 	lock_plan(p);
 	*out = p->stats;
 	unlock_plan(p);

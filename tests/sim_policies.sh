@@ -2,7 +2,8 @@
 # Properties of the policies on the simulated machines (StarPU's SimGrid build; times are
 # simulated, so the run is deterministic): on every machine `dos` is no slower than the
 # better of dmda and stride (k = 2); with a GPU memory limit no policy's peak exceeds it;
-# after the final flush every subgroup's state is valid on the host. Writes a
+# after the final flush every subgroup's state is valid on the host; in whole simulated
+# training iterations dos is no slower than dmda. Writes a
 # test-suite-style summary (# PASS / # FAIL lines) to the file named by $2.
 #
 # Usage: tests/sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE
@@ -60,6 +61,26 @@ run_case h100-pcie5 8192
 run_case h100-pcie5 16384 gpu
 run_case a100-pcie4 0
 run_case h200 0
+
+# Whole training iterations (dos-train --simulate: forward and backward on the GPU, the
+# optimizer's updates placed by the policy): on the 1b preset dos is no slower than dmda,
+# and it plans every step.
+train_case() { # MACHINE
+	local machine=$1 out=$home/train-$1 dos dmda
+	for policy in dos dmda; do
+		DOS_SCHED_VERBOSE=1 "${bench%/dos-bench}/dos-train" --simulate "$machine" --preset 1b --steps 4 \
+			--policy "$policy" --quiet >"$out-$policy.txt" 2>&1
+		check "$machine: dos-train --simulate --preset 1b --policy $policy ran" $?
+	done
+	dos=$(sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$out-dos.txt")
+	dmda=$(sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$out-dmda.txt")
+	awk -v d="$dos" -v m="$dmda" 'BEGIN {exit !(d != "" && m != "" && d <= m * 1.001)}'
+	check "$machine training iteration: dos ${dos} s <= dmda ${dmda} s" $?
+	grep -q 'dos: .* 4 steps planned' "$out-dos.txt"
+	check "$machine training: dos planned each of the 4 overlapping steps" $?
+}
+train_case h100-pcie5
+train_case h200
 printf '# PASS: %d\n# FAIL: %d\n' "$pass" "$fail" >"$summary"
 echo "sim-policies: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -9,7 +9,11 @@ out like StarPU's own sampling directory):
   bus/<name>.bandwidth, .latency, .config, .affinity
                                the bus model StarPU's schedulers predict with
   codelets/45/dos_adam.<name>, dos_cast.<name>, dos_grad_stats.<name>, dos_grad_scale.<name>
-                               codelet perfmodels (CPU and CUDA), from bandwidth models
+                               optimizer codelet perfmodels (CPU and CUDA), from bandwidth models
+  codelets/45/dos_linear_fwd.<name>, ... dos_batch.<name>
+                               the example model's codelet perfmodels (docs/model.md), from
+                               SGEMM rates (sized by floating-point operations) or bandwidth
+                               (sized by bytes of data): MODEL_CODELETS
   sim.env                      the worker counts and GPU memory limit tools/sim-env.sh exports
 
 and refreshes the generated tables in sched/machines/README.md. Output is deterministic (no
@@ -69,6 +73,8 @@ class Machine:
     pcie_latency: Num  # s, per transfer
     cpu_task_overhead: Num  # s added to every CPU task (the regression's c)
     gpu_task_overhead: Num  # s added to every CUDA task
+    cpu_sgemm_core: Num  # FLOP/s: fp32 SGEMM of one core (single-threaded OpenBLAS, as codelets/model_cpu.c runs it)
+    gpu_sgemm: Num  # FLOP/s: fp32 SGEMM of the GPU (cuBLAS, TF32 off)
 
 
 ADAM_BYTES = 28  # per parameter: read p, m, v (12) + fp16 grad (2); write p, m, v (12) + weight16 (2)
@@ -91,6 +97,52 @@ ONE_CPU_WORKER = Num(
     "one simulated CPU worker = all cores updating one subgroup at a time at full host bandwidth, "
     "as DeepSpeed's CPU Adam does; no wave quantisation for any task count",
 )
+
+
+# The example model's products (codelets/model_cpu.c, model_cuda.cu): fp32 SGEMM, OpenBLAS
+# made single-threaded on the CPU (StarPU's workers are the parallelism), cuBLAS with its
+# default math mode (no TF32) on the GPU.
+SGEMM_EFFICIENCY = Num(
+    0.7,
+    "of peak",
+    "assumption",
+    "fraction of the FP32 (non-tensor) peak that SGEMM reaches over the model's shapes, CPU and GPU alike: "
+    "large square SGEMMs reach 0.75-0.9 of it, the model's thin ones (n = B*T tokens, k = hd in attention) less",
+)
+ATTENTION_EFFICIENCY = Num(
+    0.6,
+    "of the SGEMM rate",
+    "assumption",
+    "the attention codelets' batched SGEMMs (k = hd, or n = hd) plus their memory-bound softmax passes: per score, "
+    "4 hd FLOP forward (8 hd backward) against ~16 B (~28 B) of score traffic and a scalar expf on the CPU; "
+    "for hd = 128 on the h100-pcie5 row the score traffic adds ~0.5 of the product time, and k = hd products "
+    "run below 0.7 of peak",
+)
+
+
+def gpu_sgemm(peak_tflops, what):
+    return Num(
+        peak_tflops * 1e12 * SGEMM_EFFICIENCY.value,
+        "FLOP/s",
+        "estimate",
+        f"{what}; x {SGEMM_EFFICIENCY.value} SGEMM efficiency (assumption)",
+    )
+
+
+def cpu_sgemm_core(flop_per_cycle, ghz, what):
+    return Num(
+        flop_per_cycle * ghz * 1e9 * SGEMM_EFFICIENCY.value,
+        "FLOP/s",
+        "estimate",
+        f"{what}: {flop_per_cycle} fp32 FLOP/cycle at {ghz} GHz = {flop_per_cycle * ghz:.0f} GFLOP/s peak "
+        f"x {SGEMM_EFFICIENCY.value} SGEMM efficiency (assumption)",
+    )
+
+
+# Two 512-bit FMA units: 2 x 16 lanes x 2 FLOP (multiply and add) per cycle.
+AVX512_2FMA = 64
+# Two 256-bit FMA units (AVX2; also AMD Zen 4, which runs AVX-512 on 256-bit units).
+AVX2_2FMA = 32
 
 
 def derived_host_bw(params, seconds, what):
@@ -141,6 +193,18 @@ MACHINES = {
             pcie_latency=PCIE_LATENCY,
             cpu_task_overhead=CPU_OVERHEAD,
             gpu_task_overhead=GPU_OVERHEAD,
+            cpu_sgemm_core=cpu_sgemm_core(
+                AVX512_2FMA,
+                2.0,
+                "the node's CPU is not in our sources; assumed a server core with two AVX-512 FMA units "
+                "(Xeon Sapphire Rapids class) at a 2.0 GHz all-core AVX-512 clock",
+            ),
+            gpu_sgemm=gpu_sgemm(
+                67,
+                "H100 SXM5 datasheet FP32 (non-tensor) 67 TFLOPS: this row's GPU is the SXM5 part (nvidia-smi's "
+                "'H100 80GB HBM3', HBM3 at 3.35 TB/s; GPU Adam's derived 2.8 TB/s is beyond the 2.0 TB/s of the "
+                "H100 PCIe card, whose FP32 peak is 51.2 TFLOPS)",
+            ),
         ),
         Machine(
             name="a100-pcie4",
@@ -173,6 +237,13 @@ MACHINES = {
             pcie_latency=PCIE_LATENCY,
             cpu_task_overhead=CPU_OVERHEAD,
             gpu_task_overhead=GPU_OVERHEAD,
+            cpu_sgemm_core=cpu_sgemm_core(
+                AVX2_2FMA,
+                2.5,
+                "the node's CPU is not in our sources; assumed an AMD EPYC Rome/Milan core as in DGX A100 "
+                "(AVX2, two 256-bit FMA units) at a 2.5 GHz all-core clock",
+            ),
+            gpu_sgemm=gpu_sgemm(19.5, "A100 datasheet FP32 (non-tensor) 19.5 TFLOPS, the same for SXM4 and PCIe"),
         ),
         Machine(
             name="h200",
@@ -213,6 +284,19 @@ MACHINES = {
             pcie_latency=PCIE_LATENCY,
             cpu_task_overhead=CPU_OVERHEAD,
             gpu_task_overhead=GPU_OVERHEAD,
+            cpu_sgemm_core=cpu_sgemm_core(
+                AVX512_2FMA,
+                2.0,
+                "the lent machine's CPU model is not recorded yet; assumed a core with two AVX-512 FMA units "
+                "(Xeon Sapphire/Emerald Rapids, as in HGX H200 servers) at 2.0 GHz; half that if its 16 cores are "
+                "hyperthreads or Zen 4 cores; replace with a single-core OpenBLAS SGEMM measurement",
+            ),
+            gpu_sgemm=gpu_sgemm(
+                67,
+                "H200 SXM datasheet FP32 (non-tensor) 67 TFLOPS, not the H200 NVL's 60: the device tool and this "
+                "row name it 'NVIDIA H200', nvidia-smi's name for the SXM part (the PCIe card is 'NVIDIA H200 NVL'), "
+                "and 1 GPU with 16 cores and 128 GiB looks like one GPU's share of an 8-GPU HGX (SXM) server",
+            ),
         ),
     ]
 }
@@ -258,6 +342,128 @@ CODELETS = [
 HISTORY_NX = [10**k for k in range(3, 10)] + [4 * 10**9]
 SAMPLES_PER_ENTRY = 10
 
+
+# ---- the example model's codelets (docs/model.md; codelets/model.c, codelets/flat.c) -----
+
+FLOPS, BYTES = "flops", "bytes"  # what a codelet's perfmodel size counts
+SGEMM, ATTENTION, BANDWIDTH = "sgemm", "attention", "bandwidth"  # the rate its time comes from
+NO_SLOWDOWN = Num(1, "x", "choice", "parallel over elements: runs at the bandwidth")
+
+
+@dataclass(frozen=True)
+class ModelCodelet:
+    symbol: str
+    size: str  # FLOPS: the perfmodel's size_base returns the operation count; BYTES: StarPU's default size
+    rate: str  # SGEMM, ATTENTION or BANDWIDTH
+    what: str  # what the size counts and what the task does
+    gpu_slowdown: Num = NO_SLOWDOWN  # factor on the GPU time (serial reductions kept for bitwise determinism)
+
+
+def _serial(factor, why):
+    return Num(factor, "x", "estimate", why + "; replace with the CUDA calibration of a real run")
+
+
+# Every task of these codelets has a variable number of vector buffers (dos_batch: three), so
+# its footprint depends on the shapes of a run and cannot be written in advance: their
+# perfmodels rely on the regression alone, valid over a range no real task leaves. For the
+# byte-sized ones, one byte of memory traffic per byte of data (inputs read + outputs written
+# = the sum of the buffers), except where `what` says otherwise. GPU slowdowns: estimated for
+# the 1b preset (n = 1024 tokens, d = 2048, V = 50304) on the h100-pcie5 row, from the kernels
+# in codelets/model_cuda.cu, and applied to every machine: a loop that one thread (or one lane
+# of a warp) runs serially waits about one memory latency (~0.4 us) per token or per 32-byte
+# sector; the factor shrinks as d grows.
+MODEL_CODELETS = [
+    ModelCodelet("dos_linear_fwd", FLOPS, SGEMM, "2 n in out: y = x w^T (+ residual)"),
+    ModelCodelet("dos_linear_bwd_data", FLOPS, SGEMM, "2 n in out: dx = dy w"),
+    ModelCodelet("dos_linear_bwd_weight", FLOPS, SGEMM, "2 n in out: dw = dy^T x"),
+    ModelCodelet(
+        "dos_attention_fwd", FLOPS, ATTENTION, "4 B H T^2 hd: q k^T and p v over full T x T blocks, causal softmax"
+    ),
+    ModelCodelet(
+        "dos_attention_bwd", FLOPS, ATTENTION, "8 B H T^2 hd: four batched products and the softmax backward"
+    ),
+    ModelCodelet(
+        "dos_embed_fwd",
+        BYTES,
+        BANDWIDTH,
+        "ids, tok_emb, pos_emb, x: the whole tables count though only n rows are read (for the 1b preset "
+        "the data is ~17x the traffic: an overestimate of ~0.15 ms per micro-batch on the GPU)",
+    ),
+    ModelCodelet(
+        "dos_embed_bwd",
+        BYTES,
+        BANDWIDTH,
+        "ids, dx, dtok_emb, dpos_emb: the V x d gradient is zeroed (first micro-batch), then rows added",
+        _serial(
+            5,
+            "embed_bwd_tok_kernel: d threads, each adding the n tokens' rows in token order through a dependent "
+            "read-modify-write (~2 latencies per token: ~0.6 ms for n = 1024) after the ~0.14 ms memset of the "
+            "V x d gradient, against 0.15 ms for its 428 MB at 2.8 TB/s: x4 to x6",
+        ),
+    ),
+    ModelCodelet(
+        "dos_rmsnorm_fwd",
+        BYTES,
+        BANDWIDTH,
+        "x, w, y, rstd",
+        _serial(
+            10,
+            "rmsnorm_fwd_kernel: one lane per row sums x^2 over d serially (~70 us for rows of 2048 floats), "
+            "against 6 us for its 16 MB at 2.8 TB/s",
+        ),
+    ),
+    ModelCodelet(
+        "dos_rmsnorm_bwd",
+        BYTES,
+        BANDWIDTH,
+        "x, w, rstd, dy, dx, dw",
+        _serial(
+            15,
+            "rmsnorm_bwd_dw_kernel: d threads (under one warp per SM) each sum the n tokens in order "
+            "(~90 us for n = 1024), after the dx kernel's serial per-row dot product on one lane (~70 us), "
+            "against 9 us for its 25 MB at 2.8 TB/s: x10 to x30",
+        ),
+    ),
+    ModelCodelet("dos_gelu_fwd", BYTES, BANDWIDTH, "u, y (erff per element: the GPU hides it, a CPU core does not)"),
+    ModelCodelet("dos_gelu_bwd", BYTES, BANDWIDTH, "u, dy, du (erff and expf per element)"),
+    ModelCodelet(
+        "dos_xent",
+        BYTES,
+        BANDWIDTH,
+        "logits, targets, loss, dlogits (expf per logit)",
+        _serial(
+            15,
+            "xent_kernel: lane 0 of each row's warp takes the max, then the sum of expf, over the V = 50304 "
+            "logits serially (two passes of ~1 ms for 1024 rows), against 0.15 ms for its 412 MB at 2.8 TB/s: "
+            "x10 to x25",
+        ),
+    ),
+    ModelCodelet(
+        "dos_flat_copy",
+        BYTES,
+        BANDWIDTH,
+        "destination + source tensors (gradient gather, weight refresh, with dtype conversion): a source "
+        "tensor counts whole when only a slice of it is copied, an overestimate where a subgroup takes a small "
+        "slice of a large tensor",
+    ),
+    ModelCodelet(
+        "dos_batch",
+        BYTES,
+        BANDWIDTH,
+        "corpus, ids, targets (CPU only; the CUDA part is never used): the whole corpus counts though only "
+        "B (T + 1) bytes of it are read",
+    ),
+]
+
+# Sizes of the history entries written for them: one per decade from 1 FLOP to 1e17 (a linear
+# layer of the 20b preset, 2 x 2048 tokens x 5120 x 50304, is 1.1e12; attention, 8 x 64 x
+# 2048^2 x 80 = 1.7e11) and from 1 byte to 10 TB, so the regression covers [0.9, 1.1e17] FLOP
+# and [0.9, 1.1e13] bytes. Their hashes are synthetic (a CRC of the size): real footprints
+# come from a run's buffer shapes, so no task will look them up; they are there only so that
+# StarPU counts the samples that make the regression valid.
+HISTORY_FLOPS = [10**k for k in range(0, 18)]
+HISTORY_BYTES = [10**k for k in range(0, 14)]
+
 PERFMODEL_VERSION = 45  # _STARPU_PERFMODEL_VERSION of StarPU 1.4
 CPU_WORKER, CUDA_WORKER = 0, 1  # enum starpu_worker_archtype
 VECTOR_INTERFACE_ID, VARIABLE_INTERFACE_ID = 2, 5  # enum starpu_data_interface_id
@@ -282,6 +488,11 @@ def crc32c_be(value, crc):
     for byte in struct.pack("<I", value):
         crc = _crc32c_be_byte(byte, crc)
     return crc
+
+
+def synthetic_footprint(size):
+    """A hash for a history entry that stands for no real task: the CRC of the 64-bit size."""
+    return crc32c_be(size >> 32, crc32c_be(size & 0xFFFFFFFF, 0))
 
 
 def footprint(codelet, nx):
@@ -311,6 +522,28 @@ def regression(machine, codelet, device, cpu_workers):
     return a, 1.0, overhead * 1e6
 
 
+def model_rate(machine, mc, device, cpu_workers):
+    """(rate, unit) of a model codelet on one device: FLOP/s or B/s, before any slowdown."""
+    if mc.rate == BANDWIDTH:
+        # As regression(): W workers share the host bandwidth.
+        return (machine.host_bw.value / cpu_workers if device == CPU_WORKER else machine.gpu_bw.value), "B/s"
+    # A product runs on one core (OpenBLAS made single-threaded), whatever W.
+    rate = machine.cpu_sgemm_core.value if device == CPU_WORKER else machine.gpu_sgemm.value
+    if mc.rate == ATTENTION:
+        rate *= ATTENTION_EFFICIENCY.value
+    return rate, "FLOP/s"
+
+
+def model_regression(machine, mc, device, cpu_workers):
+    """(a, b, c) of time_us = a * size^b + c, size in FLOP or bytes of data (mc.size)."""
+    rate, _ = model_rate(machine, mc, device, cpu_workers)
+    if device == CPU_WORKER:
+        slowdown, overhead = 1.0, machine.cpu_task_overhead.value
+    else:
+        slowdown, overhead = mc.gpu_slowdown.value, machine.gpu_task_overhead.value
+    return slowdown / rate * 1e6, 1.0, overhead * 1e6
+
+
 def _e(x):
     return "%-15e" % x
 
@@ -322,6 +555,21 @@ def perfmodel_block(machine, codelet, comb, device, cpu_workers):
         size = codelet.size(nx)
         mean = a * size**b + c
         entries.append((footprint(codelet, nx), size, mean))
+    return _perfmodel_block_text(comb, device, (a, b, c), entries)
+
+
+def model_perfmodel_block(machine, mc, comb, device, cpu_workers):
+    a, b, c = model_regression(machine, mc, device, cpu_workers)
+    sizes = HISTORY_FLOPS if mc.size == FLOPS else HISTORY_BYTES
+    entries = [(synthetic_footprint(size), size, a * size**b + c) for size in sorted(sizes, reverse=True)]
+    assert len({fp for fp, _, _ in entries}) == len(entries), f"{mc.symbol}: synthetic footprints collide"
+    return _perfmodel_block_text(comb, device, (a, b, c), entries)
+
+
+def _perfmodel_block_text(comb, device, abc, entries):
+    """One combination's part of a perfmodel file, as StarPU 1.4.10's dump_per_arch_model_file
+    writes it, from the regression and the history entries (footprint, size, mean us)."""
+    a, b, c = abc
     n = SAMPLES_PER_ENTRY * len(entries)
     lnx = [math.log(s) for _, s, _ in entries]
     lny = [math.log(m) for _, _, m in entries]
@@ -385,11 +633,12 @@ def perfmodel_file(machine, codelet, cpu_workers):
         "# number of combinations\n"
         "2\n"
     )
-    return (
-        head
-        + perfmodel_block(machine, codelet, 0, CPU_WORKER, cpu_workers)
-        + perfmodel_block(machine, codelet, 1, CUDA_WORKER, cpu_workers)
-    )
+    if isinstance(codelet, ModelCodelet):
+        block = model_perfmodel_block
+    else:
+        block = perfmodel_block
+    cpu = block(machine, codelet, 0, CPU_WORKER, cpu_workers)
+    return head + cpu + block(machine, codelet, 1, CUDA_WORKER, cpu_workers)
 
 
 # ---- bus files --------------------------------------------------------------------------
@@ -513,7 +762,7 @@ def machine_files(m, cpu_workers):
         f"bus/{n}.affinity": affinity_file(),
         "sim.env": sim_env_file(m, cpu_workers),
     }
-    for c in CODELETS:
+    for c in CODELETS + MODEL_CODELETS:
         files[f"codelets/{PERFMODEL_VERSION}/{c.symbol}.{n}"] = perfmodel_file(m, c, cpu_workers)
     return files
 
@@ -534,7 +783,19 @@ def _fmt(num):
         return f"{v / GIB:.4g} GiB" + (f" ({int(v) // MIB} MiB)" if v % MIB == 0 else "")
     if u == "s":
         return f"{v * 1e6:.3g} us"
+    if u == "FLOP/s":
+        return f"{v / 1e12:.4g} TFLOP/s" if v >= 1e12 else f"{v / 1e9:.4g} GFLOP/s"
     return f"{v:g}"
+
+
+def _model_time_us(m, symbol, device, size):
+    mc = next(c for c in MODEL_CODELETS if c.symbol == symbol)
+    a, b, c = model_regression(m, mc, device, int(m.cpu_workers.value))
+    return a * size**b + c
+
+
+def _ms(us):
+    return f"{us / 1e3:.3g} ms"
 
 
 def readme_tables():
@@ -550,6 +811,8 @@ def readme_tables():
         ("pcie_latency", "PCIe latency per transfer"),
         ("cpu_task_overhead", "fixed cost per CPU task"),
         ("gpu_task_overhead", "fixed cost per CUDA task"),
+        ("cpu_sgemm_core", "fp32 SGEMM of one CPU core (model products)"),
+        ("gpu_sgemm", "fp32 SGEMM of the GPU, no TF32 (model products)"),
     ]
     out = []
     for m in MACHINES.values():
@@ -572,12 +835,39 @@ def readme_tables():
             f"{state / m.pcie_d2h.value * 1e3:.1f} ms out; all-CPU update of 5e9 params "
             f"{50 * t_cpu / 1e6:.3f} s.\n\n"
         )
-    out.append("Codelet perfmodels (same for every machine; time = a x size + c, size = bytes of data):\n\n")
+        # The 1b preset (n = 1024 tokens, d = 2048, F = 8192, H = 16, hd = 128, V = 50304).
+        fc1 = 2 * 1024 * 2048 * 8192
+        att = 4 * 1 * 16 * 1024 * 1024 * 128
+        out.append(
+            f"For the 1b preset's model codelets: its MLP up-projection ({fc1:.3g} FLOP) "
+            f"{_ms(_model_time_us(m, 'dos_linear_fwd', CUDA_WORKER, fc1))} on the GPU, "
+            f"{_ms(_model_time_us(m, 'dos_linear_fwd', CPU_WORKER, fc1))} on one CPU core; an attention "
+            f"forward ({att:.3g} FLOP) {_ms(_model_time_us(m, 'dos_attention_fwd', CUDA_WORKER, att))} on the "
+            f"GPU; an rmsnorm backward (25 MB) {_ms(_model_time_us(m, 'dos_rmsnorm_bwd', CUDA_WORKER, 25e6))} "
+            f"on the GPU.\n\n"
+        )
+    out.append("Optimizer codelet perfmodels (same for every machine; time = a x size + c, size = bytes of data):\n\n")
     out.append("| symbol | data bytes per element (buffers) | traffic bytes per element | traffic counted |\n")
     out.append("|---|---|---|---|\n")
     for c in CODELETS:
         bufs = " + ".join(str(e) for e in c.vectors) + "".join(f" + {b} B once" for b in c.variables)
         out.append(f"| `{c.symbol}` | {c.size_per_element()} ({bufs}) | {c.traffic} | {c.traffic_note} |\n")
+    out.append(
+        "\nThe example model's codelets (time = a x size + c; size = floating-point operations from the "
+        "perfmodel's `size_base`, or bytes of data; rate: the machine's `gpu_sgemm` or `cpu_sgemm_core` for "
+        "sgemm, times the attention efficiency for attention, `gpu_bw` or `host_bw` / W for bandwidth):\n\n"
+    )
+    out.append("| symbol | size | rate | GPU slowdown | what the size counts |\n|---|---|---|---|---|\n")
+    for c in MODEL_CODELETS:
+        unit = "FLOP" if c.size == FLOPS else "bytes"
+        out.append(f"| `{c.symbol}` | {unit} | {c.rate} | {c.gpu_slowdown.value:g} | {c.what} |\n")
+    out.append("\n| assumption | value | status | source |\n|---|---|---|---|\n")
+    for label, num in (("SGEMM efficiency", SGEMM_EFFICIENCY), ("attention efficiency", ATTENTION_EFFICIENCY)):
+        out.append(f"| {label} | {num.value:g} {num.unit} | {num.status} | {num.source} |\n")
+    for c in MODEL_CODELETS:
+        if c.gpu_slowdown is not NO_SLOWDOWN:
+            g = c.gpu_slowdown
+            out.append(f"| `{c.symbol}` GPU slowdown | x{g.value:g} | {g.status} | {g.source} |\n")
     return "".join(out)
 
 
