@@ -69,6 +69,13 @@ void _dos_simulated_cuda(void *buffers[], void *cl_arg);
 		if (dos_status_ != cudaSuccess)                \
 			STARPU_CUDA_REPORT_ERROR(dos_status_); \
 	} while (0)
+/* The same for cuBLAS calls (the model's products). */
+#define DOS_CUBLAS_CHECK(call)                                        \
+	do {                                                          \
+		cublasStatus_t dos_blas_status_ = (call);             \
+		if (dos_blas_status_ != CUBLAS_STATUS_SUCCESS)        \
+			STARPU_CUBLAS_REPORT_ERROR(dos_blas_status_); \
+	} while (0)
 #endif
 
 #endif /* DOS_CODELET_UTIL_H */

@@ -12,13 +12,6 @@
 
 #ifdef DOS_USE_CUDA
 #include <starpu_cublas_v2.h>
-
-#define DOS_CUBLAS_CHECK(call)                                        \
-	do {                                                          \
-		cublasStatus_t dos_blas_status_ = (call);             \
-		if (dos_blas_status_ != CUBLAS_STATUS_SUCCESS)        \
-			STARPU_CUBLAS_REPORT_ERROR(dos_blas_status_); \
-	} while (0)
 #endif
 
 #define F32(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))

@@ -16,12 +16,6 @@ int main(void)
 #include "kernels.h"
 #include "parity_util.h"
 
-#define CUDA_OK(call)                                                              \
-	do {                                                                       \
-		cudaError_t e_ = (call);                                           \
-		CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_)); \
-	} while (0)
-
 static const size_t sizes[] = {1, 7, 8, 15, 17, 100, 65536 * 3 + 1000, 1000003};
 static const size_t offsets[] = {0, 1, 3};
 

@@ -26,12 +26,6 @@ int main(void)
 
 #include "model_kernels.h"
 
-#define CUDA_OK(call)                                                              \
-	do {                                                                       \
-		cudaError_t e_ = (call);                                           \
-		CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_)); \
-	} while (0)
-
 #define BLAS_OK(call)                                                                                         \
 	do {                                                                                                  \
 		cublasStatus_t s_ = (call);                                                                   \

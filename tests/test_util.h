@@ -21,6 +21,16 @@
 		}                                                                                \
 	} while (0)
 
+#ifdef DOS_USE_CUDA
+#include <cuda_runtime.h>
+/* A CUDA runtime call that must succeed. */
+#define CUDA_OK(call)                                                              \
+	do {                                                                       \
+		cudaError_t e_ = (call);                                           \
+		CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_)); \
+	} while (0)
+#endif
+
 /* xorshift64*: reproducible across platforms, unlike rand(). */
 static inline uint64_t test_rand(uint64_t *state)
 {
