@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "data.h"
+#include "checkpoint.h"
 #include "errors.h"
 #include "host_memory.h"
+#include "numerics.h"
 #include "train.h"
 
 /* StarPU's clock: simulated time under SimGrid, real time otherwise. */
@@ -71,6 +73,74 @@ static void declare_gpu_memory(const struct dos_train_config *cfg, const struct 
 							    per_param * (double)model->nparams);
 }
 
+/* The checkpoint's description of this run after `steps_done` steps. */
+static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config *cfg, const struct dos_model *model,
+						  const struct dos_optimizer *opt, const struct dos_corpus *corpus,
+						  uint64_t steps_done)
+{
+	return (struct dos_checkpoint_meta){.nparams = model->nparams,
+					    .subgroup_size = opt->cfg.subgroup_size,
+					    .ntensors = model->ntensors,
+					    .numel = model->numel,
+					    .weight_dtype = opt->cfg.weight_dtype,
+					    .grad_dtype = opt->cfg.grad_dtype,
+					    .step = opt->step,
+					    .skipped_steps = opt->skipped_steps,
+					    .steps_done = steps_done,
+					    .loss_scale = opt->loss_scale,
+					    .good_steps = opt->good_steps,
+					    .seed = cfg->seed,
+					    .data_rng = corpus->rng,
+					    .hp = opt->cfg.hp};
+}
+
+/* Saves the state after `steps_done` steps: waits for that step's updates (reading every
+ * subgroup's state where it is home), writes, and lets the next step go on. */
+static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model, struct dos_optimizer *opt,
+			   const struct dos_corpus *corpus, uint64_t steps_done)
+{
+	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
+	for (int i = 0; i < 3; i++)
+		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
+			starpu_data_acquire(state[i][s], STARPU_R);
+	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, steps_done);
+	int err = dos_checkpoint_save(cfg->checkpoint_dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
+	for (int i = 0; i < 3; i++)
+		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
+			starpu_data_release(state[i][s]);
+	return err;
+}
+
+/* Before any task runs (every handle's only copy is its home): the latest checkpoint's
+ * state, the working weights the weight refresh makes of its master weights, the step
+ * counters and the batch order. */
+static int resume_from_checkpoint(const struct dos_train_config *cfg, struct dos_model *model,
+				  struct dos_optimizer *opt, struct dos_corpus *corpus, uint64_t *steps_done)
+{
+	char path[4096];
+	int err = dos_checkpoint_latest(cfg->checkpoint_dir, path, sizeof path);
+	if (err)
+		return err == -ENOENT ? DOS_FAIL(-ENOENT, "--resume: no checkpoint in %s", cfg->checkpoint_dir) : err;
+	struct dos_checkpoint_meta expect = checkpoint_meta(cfg, model, opt, corpus, 0), got;
+	if ((err = dos_checkpoint_load(path, &expect, &got, opt->master, opt->m, opt->v)))
+		return err;
+	for (uint64_t i = 0; i < model->nparams; i++) {
+		float w = opt->master[i]; /* what the update writes, widened back (fp32: itself) */
+		if (opt->cfg.weight_dtype == DOS_BF16)
+			w = dos_bf16_to_float(dos_float_to_bf16(w));
+		else if (opt->cfg.weight_dtype == DOS_FP16)
+			w = dos_fp16_to_float(dos_float_to_fp16(w));
+		model->weights[i] = w;
+	}
+	opt->step = got.step;
+	opt->skipped_steps = got.skipped_steps;
+	opt->loss_scale = got.loss_scale;
+	opt->good_steps = got.good_steps;
+	corpus->rng = got.data_rng;
+	*steps_done = got.steps_done;
+	return 0;
+}
+
 static int check_config(const struct dos_train_config *c)
 {
 	int err;
@@ -125,13 +195,23 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	opt.hook_arg = cfg->hook_arg;
 
 	declare_gpu_memory(cfg, &model, &opt);
+	uint64_t first_step = 0;
+	if (cfg->resume && DOS_VALUES_ARE_REAL &&
+	    (err = resume_from_checkpoint(cfg, &model, &opt, &corpus, &first_step))) {
+		dos_optimizer_destroy(&opt);
+		dos_model_destroy(&model);
+		dos_corpus_free(&corpus);
+		return err;
+	}
+	if (out)
+		out->resumed_from = first_step;
 	uint32_t A = cfg->accumulation, tokens = cfg->micro_batch * cfg->shape.seq_len;
 	starpu_data_handle_t loss_slots[2][A];
 	memset(loss_slots, 0, sizeof loss_slots);
 	struct pending_step pending[2] = {{.loss = loss_slots[0]}, {.loss = loss_slots[1]}};
 	int have_pending = 0;
 	double start = now_seconds();
-	for (uint64_t k = 0; k < cfg->steps && !err; k++) {
+	for (uint64_t k = first_step; k < cfg->steps && !err; k++) {
 		if (k + 1 == cfg->steps && cfg->before_last_step) {
 			starpu_task_wait_for_all();
 			cfg->before_last_step(cfg->before_last_step_arg);
@@ -151,6 +231,10 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 			break;
 		p->step = k + 1;
 		if ((err = dos_optimizer_submit_step(&opt, &p->report)))
+			break;
+		if (cfg->checkpoint_dir && DOS_VALUES_ARE_REAL &&
+		    (k + 1 == cfg->steps || (cfg->checkpoint_every && (k + 1) % cfg->checkpoint_every == 0)) &&
+		    (err = save_checkpoint(cfg, &model, &opt, &corpus, k + 1)))
 			break;
 		/* report the previous step while this one runs */
 		for (int last = 0; last <= (k + 1 == cfg->steps); last++) {

@@ -26,6 +26,13 @@ struct dos_train_config {
 	const char *data_path;
 	struct dos_optimizer_config opt;
 	unsigned sched_ctx;
+	/* optional checkpoints (graph/checkpoint.h) in this existing directory: every
+	 * checkpoint_every steps (0: only after the last step), the two latest kept; with
+	 * resume, the run continues from the latest one there (steps counts from the start
+	 * of training, so the run ends at the same step either way) */
+	const char *checkpoint_dir;
+	uint64_t checkpoint_every;
+	int resume;
 	/* optional: every finished step (called on the submitting thread) */
 	void (*on_step)(void *arg, const struct dos_train_progress *progress);
 	void *on_step_arg;
@@ -44,6 +51,7 @@ struct dos_train_output {
 	float *master, *m, *v, *weights; /* [nparams] each, after the last step */
 	uint64_t skipped_steps;
 	double seconds;
+	uint64_t resumed_from; /* steps already done by the checkpoint resumed from (0: none) */
 };
 
 /* Runs the training. Errors: -EINVAL naming the bad setting, data-file errors,

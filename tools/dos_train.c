@@ -267,7 +267,7 @@ static void format_duration(double s, char *buf, size_t size)
 static void on_step(void *arg, const struct dos_train_progress *p)
 {
 	struct progress *pr = arg;
-	if (p->step == 1)
+	if (pr->seen == 0)
 		pr->first_loss = p->loss;
 	pr->last_loss = p->loss;
 	if (pr->seen < LOSS_WINDOW)
@@ -324,6 +324,10 @@ static void usage(FILE *f)
 		   "                       a100-pcie4, h200): only in the build against StarPU's SimGrid\n"
 		   "                       variant (build-simgrid/dos-train); times simulated, no losses\n"
 		   "  --dump FILE          write master weights, m, v and working weights (fp32, raw)\n"
+		   "checkpoints (optimizer state, step counters, data order; see graph/checkpoint.h):\n"
+		   "  --checkpoint-dir DIR save into DIR (existing) after the last step; two are kept\n"
+		   "  --checkpoint-every N also every N steps\n"
+		   "  --resume             continue from DIR's latest checkpoint up to --steps in all\n"
 		   "  --quiet              only the summary\n");
 }
 
@@ -440,23 +444,44 @@ int main(int argc, char **argv)
 		O_DUMP,
 		O_QUIET,
 		O_SIMULATE,
+		O_CKPT_DIR,
+		O_CKPT_EVERY,
+		O_RESUME,
 		O_HELP
 	};
-	static const struct option options[] = {{"preset", 1, 0, O_PRESET},  {"vocab", 1, 0, O_VOCAB},
-						{"hidden", 1, 0, O_HIDDEN},  {"heads", 1, 0, O_HEADS},
-						{"ffn", 1, 0, O_FFN},        {"layers", 1, 0, O_LAYERS},
-						{"seq-len", 1, 0, O_SEQ},    {"checkpoint-activations", 0, 0, O_CKPT},
-						{"steps", 1, 0, O_STEPS},    {"micro-batch", 1, 0, O_MB},
-						{"accumulate", 1, 0, O_ACC}, {"seed", 1, 0, O_SEED},
-						{"data", 1, 0, O_DATA},      {"lr", 1, 0, O_LR},
-						{"beta1", 1, 0, O_B1},       {"beta2", 1, 0, O_B2},
-						{"eps", 1, 0, O_EPS},        {"weight-decay", 1, 0, O_WD},
-						{"precision", 1, 0, O_PREC}, {"loss-scale", 1, 0, O_LS},
-						{"clip", 1, 0, O_CLIP},      {"subgroup-size", 1, 0, O_SUB},
-						{"policy", 1, 0, O_POLICY},  {"plot", 1, 0, O_PLOT},
-						{"trace", 1, 0, O_TRACE},    {"dump", 1, 0, O_DUMP},
-						{"quiet", 0, 0, O_QUIET},    {"simulate", 1, 0, O_SIMULATE},
-						{"help", 0, 0, O_HELP},      {0, 0, 0, 0}};
+	static const struct option options[] = {{"preset", 1, 0, O_PRESET},
+						{"vocab", 1, 0, O_VOCAB},
+						{"hidden", 1, 0, O_HIDDEN},
+						{"heads", 1, 0, O_HEADS},
+						{"ffn", 1, 0, O_FFN},
+						{"layers", 1, 0, O_LAYERS},
+						{"seq-len", 1, 0, O_SEQ},
+						{"checkpoint-activations", 0, 0, O_CKPT},
+						{"steps", 1, 0, O_STEPS},
+						{"micro-batch", 1, 0, O_MB},
+						{"accumulate", 1, 0, O_ACC},
+						{"seed", 1, 0, O_SEED},
+						{"data", 1, 0, O_DATA},
+						{"lr", 1, 0, O_LR},
+						{"beta1", 1, 0, O_B1},
+						{"beta2", 1, 0, O_B2},
+						{"eps", 1, 0, O_EPS},
+						{"weight-decay", 1, 0, O_WD},
+						{"precision", 1, 0, O_PREC},
+						{"loss-scale", 1, 0, O_LS},
+						{"clip", 1, 0, O_CLIP},
+						{"subgroup-size", 1, 0, O_SUB},
+						{"policy", 1, 0, O_POLICY},
+						{"plot", 1, 0, O_PLOT},
+						{"trace", 1, 0, O_TRACE},
+						{"dump", 1, 0, O_DUMP},
+						{"quiet", 0, 0, O_QUIET},
+						{"simulate", 1, 0, O_SIMULATE},
+						{"checkpoint-dir", 1, 0, O_CKPT_DIR},
+						{"checkpoint-every", 1, 0, O_CKPT_EVERY},
+						{"resume", 0, 0, O_RESUME},
+						{"help", 0, 0, O_HELP},
+						{0, 0, 0, 0}};
 	int c, bad = 0;
 	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		const char *name = c >= O_PRESET && c <= O_HELP ? options[c - O_PRESET].name : "?";
@@ -542,6 +567,15 @@ int main(int argc, char **argv)
 		case O_QUIET:
 			quiet = 1;
 			break;
+		case O_CKPT_DIR:
+			cfg.checkpoint_dir = optarg;
+			break;
+		case O_CKPT_EVERY:
+			bad |= parse_u64(name, optarg, 1, UINT64_MAX / 2, &cfg.checkpoint_every) != 0;
+			break;
+		case O_RESUME:
+			cfg.resume = 1;
+			break;
 		case O_SIMULATE:
 			simulate = optarg; /* applied before main (simulate_from_command_line) */
 			break;
@@ -556,6 +590,10 @@ int main(int argc, char **argv)
 	if (optind < argc) {
 		fprintf(stderr, "dos-train: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return 2;
+	}
+	if (!bad && (cfg.resume || cfg.checkpoint_every) && !cfg.checkpoint_dir) {
+		fprintf(stderr, "dos-train: --resume and --checkpoint-every need --checkpoint-dir\n");
+		bad = 1;
 	}
 	if (bad)
 		return 2;
@@ -697,20 +735,30 @@ int main(int argc, char **argv)
 		starpu_shutdown();
 		return err == -EINVAL || err == -ENOENT ? 2 : 1;
 	}
-	uint64_t tokens = cfg.steps * (uint64_t)cfg.accumulation * cfg.micro_batch * cfg.shape.seq_len;
+	uint64_t steps_run = cfg.steps > out.resumed_from ? cfg.steps - out.resumed_from : 0;
+	if (out.resumed_from)
+		printf("dos-train: resumed after step %llu from the latest checkpoint in %s\n",
+		       (unsigned long long)out.resumed_from, cfg.checkpoint_dir);
+	if (steps_run == 0) {
+		printf("summary: nothing to do: the checkpoint is at step %llu, --steps is %llu\n",
+		       (unsigned long long)out.resumed_from, (unsigned long long)cfg.steps);
+	}
+	uint64_t tokens = steps_run * (uint64_t)cfg.accumulation * cfg.micro_batch * cfg.shape.seq_len;
 #ifdef STARPU_SIMGRID
 	const char *clock = " simulated";
 #else
 	const char *clock = "";
 #endif
-	if (isnan(pr.first_loss)) {
+	if (steps_run == 0) {
+		/* reported above */
+	} else if (isnan(pr.first_loss)) {
 		printf("summary: %llu steps (%llu skipped) in %.3f%s s (%.3f s per step), %.0f tokens/s; no losses "
 		       "(no task body runs in simulation)\n",
-		       (unsigned long long)cfg.steps, (unsigned long long)out.skipped_steps, out.seconds, clock,
-		       out.seconds / (double)cfg.steps, tokens / out.seconds);
+		       (unsigned long long)steps_run, (unsigned long long)out.skipped_steps, out.seconds, clock,
+		       out.seconds / (double)steps_run, tokens / out.seconds);
 	} else {
 		printf("summary: loss %.4f -> %.4f over %llu steps (%llu skipped), %.1f%s s, %.0f tokens/s\n",
-		       pr.first_loss, pr.last_loss, (unsigned long long)cfg.steps,
+		       pr.first_loss, pr.last_loss, (unsigned long long)steps_run,
 		       (unsigned long long)out.skipped_steps, out.seconds, clock, tokens / out.seconds);
 		uint64_t window = pr.seen < LOSS_WINDOW ? pr.seen : LOSS_WINDOW;
 		double recent_sum = 0;
