@@ -52,6 +52,17 @@ struct fetch_entry {
 	int started; /* the update began: fetching for it now would be late or stale */
 };
 
+struct prefetch_request {
+	starpu_data_handle_t handle;
+	unsigned node;
+	int prio;
+};
+
+struct deferred_prefetches {
+	struct prefetch_request *at;
+	int n, cap;
+};
+
 struct fetch_window {
 	struct fetch_entry *entries;
 	int n, next, ended, cap, ahead;
@@ -83,7 +94,9 @@ struct policy {
 	struct fetch_window staged;   /* to the GPU: state and gradient, `staging slots` ahead */
 	struct fetch_window resident; /* to the GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
 	struct fetch_window on_cpu;   /* to host memory: GPU-homed gradients, one per CPU worker ahead */
-	uint32_t generation;          /* of the current plan (and windows) */
+	uint32_t generation;
+	struct deferred_prefetches deferred;
+		/* decided under the plan lock, issued after */ /* of the current plan (and windows) */
 	int gpu_node;
 	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
 	double app_inflight_bytes, app_peak_bytes;
@@ -206,6 +219,7 @@ static void deinit_policy(unsigned sched_ctx)
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->pool_lock);
 	for (int i = 0; i < STEP_SLOTS; i++)
 		free(p->steps[i].tasks);
+	free(p->deferred.at);
 	free(p->staged.entries);
 	free(p->resident.entries);
 	free(p->on_cpu.entries);
@@ -292,16 +306,41 @@ static int has_valid_copy(starpu_data_handle_t h)
 	return 0;
 }
 
-static void prefetch_handle(starpu_data_handle_t h, unsigned node, int prio)
+/* Prefetches decided under the plan lock are issued after it is released: a prefetch can
+ * complete at once and release a task that depends on the data, which StarPU then pushes,
+ * from this very thread, into push_task, which takes the plan lock (a self-deadlock seen
+ * with resumed training). */
+static void defer_prefetch(struct policy *p, starpu_data_handle_t h, unsigned node, int prio)
 {
-	if (has_valid_copy(h))
-		starpu_data_prefetch_on_node_prio(h, node, 1, prio);
+	struct deferred_prefetches *d = &p->deferred;
+	if (d->n == d->cap) {
+		int cap = d->cap ? 2 * d->cap : 64;
+		struct prefetch_request *grown = realloc(d->at, (size_t)cap * sizeof *grown);
+		if (!grown)
+			return; /* a prefetch is only a hint */
+		d->at = grown;
+		d->cap = cap;
+	}
+	d->at[d->n++] = (struct prefetch_request){h, node, prio};
 }
 
-static void prefetch_buffers(struct starpu_task *task, int first, int last, unsigned node, int prio)
+/* Issues the deferred prefetches; call without the plan lock. */
+static void issue_deferred_prefetches(struct policy *p)
+{
+	lock_plan(p);
+	struct deferred_prefetches d = p->deferred;
+	p->deferred = (struct deferred_prefetches){0};
+	unlock_plan(p);
+	for (int i = 0; i < d.n; i++)
+		if (has_valid_copy(d.at[i].handle))
+			starpu_data_prefetch_on_node_prio(d.at[i].handle, d.at[i].node, 1, d.at[i].prio);
+	free(d.at);
+}
+
+static void prefetch_buffers(struct policy *p, struct starpu_task *task, int first, int last, unsigned node, int prio)
 {
 	for (int b = first; b <= last && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		prefetch_handle(STARPU_TASK_GET_HANDLE(task, b), node, prio);
+		defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), node, prio);
 }
 
 static void window_reset(struct fetch_window *w, int capacity, int first, int last, int node)
@@ -319,12 +358,12 @@ static void window_reset(struct fetch_window *w, int capacity, int first, int la
 }
 
 /* Starts fetches until `ahead` are in flight or done beyond the updates that ended. */
-static void window_advance(struct fetch_window *w, int ended)
+static void window_advance(struct policy *p, struct fetch_window *w, int ended)
 {
 	for (; w->next < w->n && w->next < ended + w->ahead; w->next++) {
 		const struct fetch_entry *e = &w->entries[w->next];
 		for (int h = 0; h < e->nhandles && !e->started; h++)
-			prefetch_handle(e->handle[h], (unsigned)w->node, w->n - w->next);
+			defer_prefetch(p, e->handle[h], (unsigned)w->node, w->n - w->next);
 	}
 }
 
@@ -425,16 +464,16 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
 			resident_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 			if (!sg[i].resident_now)
-				prefetch_buffers(s->tasks[i], 0, 2, (unsigned)p->gpu_node, s->n - i);
+				prefetch_buffers(p, s->tasks[i], 0, 2, (unsigned)p->gpu_node, s->n - i);
 		}
 	}
 	double per = sg[0].params * dos_staging_bytes_per_param(&m);
 	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor((m.gpu_budget_bytes - resident_bytes) / per)) : 0;
 	p->resident.ahead = RESIDENT_GRADIENTS_AHEAD;
 	p->on_cpu.ahead = m.ncpu_workers + 1;
-	window_advance(&p->staged, 0);
-	window_advance(&p->resident, 0);
-	window_advance(&p->on_cpu, 0);
+	window_advance(p, &p->staged, 0);
+	window_advance(p, &p->resident, 0);
+	window_advance(p, &p->on_cpu, 0);
 	p->stats.last_step = step;
 	p->stats.last_subgroups = (unsigned)s->n;
 	p->stats.last_gpu_subgroups = (unsigned)ngpu;
@@ -567,6 +606,7 @@ static int push_task(struct starpu_task *task)
 				p->stats.gpu_updates++;
 		}
 		unlock_plan(p);
+		issue_deferred_prefetches(p);
 	}
 	if (only_type == STARPU_CPU_WORKER && push_to_cpu_pool(p, task, ctx) == 0) {
 		record_decision(p, t0);
@@ -668,9 +708,10 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	if (generation == p->generation) { /* not an update of an older plan */
 		struct fetch_window *w = window_of(p, place);
 		w->ended++;
-		window_advance(w, w->ended);
+		window_advance(p, w, w->ended);
 	}
 	unlock_plan(p);
+	issue_deferred_prefetches(p);
 }
 
 static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
