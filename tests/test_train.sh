@@ -12,7 +12,8 @@
 #     every fp16 step overflows, and master weights, m and v stay as initialised;
 #  5. checkpoints: N steps + save + resume + M steps ends bit-identical to N + M steps, also
 #     after SIGKILL at random moments of a run that saves every step;
-#  6. bad options are refused with a message naming the option and the value.
+#  6. bad options are refused with a message naming the option and the value;
+#  7. --plot and --trace write their files.
 # DOS_QUICK_CHECK=1 (sanitizer and distcheck builds) runs 60 steps of the default model
 # instead of the full run, with a margin of 0.4 (measured: 3.76 -> 3.15).
 set -u
@@ -176,3 +177,13 @@ mkdir -p "$work/other"
 $train --preset tiny --steps 2 --quiet --checkpoint-dir "$work/other" >/dev/null 2>&1 || fail "saving for the mismatch test failed"
 expect_refusal "nparams" --preset tiny --layers 3 --resume --checkpoint-dir "$work/other"
 echo "bad options: 18 refused with the option and value named"
+# ---- 7. outputs: --plot writes a picture, --trace an FxT trace ---------------------------
+$train --preset tiny --steps 3 --quiet --plot "$work/last.svg" >"$work/log" 2>&1 || fail "--plot run failed: $(cat "$work/log")"
+grep -q '<svg' "$work/last.svg" && grep -q 'dos_adam' "$work/last.svg" || fail "--plot wrote no picture of the updates"
+if $train --preset tiny --steps 3 --quiet --trace "$work/trace" >"$work/log" 2>&1; then
+	[ -s "$(ls "$work"/trace/prof_file_* 2>/dev/null | head -n 1)" ] || fail "--trace wrote no FxT file in $work/trace"
+	echo "outputs: --plot picture with the updates, --trace FxT file"
+else
+	grep -q 'built without FxT' "$work/log" || fail "--trace failed: $(cat "$work/log")"
+	echo "outputs: --plot picture with the updates (--trace: StarPU without FxT, refused clearly)"
+fi

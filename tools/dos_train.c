@@ -645,6 +645,11 @@ int main(int argc, char **argv)
 #endif
 
 	if (trace) {
+#ifndef STARPU_USE_FXT
+		fprintf(stderr, "dos-train: --trace %s: this StarPU was built without FxT (configure --with-fxt)\n",
+			trace);
+		return 2;
+#endif
 		if (mkdir(trace, 0755) != 0 && errno != EEXIST) {
 			fprintf(stderr, "dos-train: --trace %s: %s\n", trace, strerror(errno));
 			return 2;
