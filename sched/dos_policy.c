@@ -96,7 +96,7 @@ struct policy {
 	struct fetch_window on_cpu;   /* to host memory: GPU-homed gradients, one per CPU worker ahead */
 	uint32_t generation;
 	struct deferred_prefetches deferred;
-		/* decided under the plan lock, issued after */ /* of the current plan (and windows) */
+	/* decided under the plan lock, issued after */ /* of the current plan (and windows) */
 	int gpu_node;
 	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
 	double app_inflight_bytes, app_peak_bytes;
