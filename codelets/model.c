@@ -17,30 +17,15 @@
 #define F32(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define I32(i) ((int32_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
 
-/* The task's struct _dos_model_args, copied into *args. model_codelets.h has cl_arg point
- * to the struct itself (STARPU_CL_ARGS or task->cl_arg, as graph/model.c does). A task
- * inserted with STARPU_VALUE, &args, sizeof args instead carries it packed as
- * [int nargs][size_t size][struct], which starpu_codelet_unpack_arg reads (checking the
- * size); the two are told apart by cl_arg_size. */
+/* The task's struct _dos_model_args, copied into *args: cl_arg points to the struct itself
+ * (STARPU_CL_ARGS or task->cl_arg, as graph/model.c does; model_codelets.h). */
 static const struct _dos_model_args *model_args(void *cl_arg, struct _dos_model_args *args)
 {
 	size_t size = starpu_task_get_current()->cl_arg_size;
-	STARPU_ASSERT_MSG_ALWAYS(cl_arg != NULL, "model codelet without its struct _dos_model_args");
-	if (size == sizeof *args) {
-		memcpy(args, cl_arg, sizeof *args);
-	} else {
-		struct starpu_codelet_pack_arg_data state;
-		int nargs = 0;
-		STARPU_ASSERT_MSG_ALWAYS(size == sizeof nargs + sizeof(size_t) + sizeof *args,
-					 "model codelet: cl_arg of %zu bytes is neither one struct _dos_model_args "
-					 "(%zu bytes) nor that struct packed by STARPU_VALUE",
-					 size, sizeof *args);
-		memcpy(&nargs, cl_arg, sizeof nargs);
-		STARPU_ASSERT_MSG_ALWAYS(nargs == 1, "model codelet: %d STARPU_VALUE arguments, expected 1", nargs);
-		starpu_codelet_unpack_arg_init(&state, cl_arg, size);
-		starpu_codelet_unpack_arg(&state, args, sizeof *args);
-		starpu_codelet_unpack_arg_fini(&state);
-	}
+	STARPU_ASSERT_MSG_ALWAYS(cl_arg != NULL && size == sizeof *args,
+				 "model codelet: cl_arg of %zu bytes, expected one struct _dos_model_args (%zu bytes)",
+				 size, sizeof *args);
+	memcpy(args, cl_arg, sizeof *args);
 	return args;
 }
 

@@ -8,7 +8,7 @@
  *  - the attention probabilities are 0 above the diagonal and their rows sum to 1;
  *  - each codelet of codelets/model_codelets.h, run by StarPU on a CPU worker, gives the
  *    bits of a direct call of its kernel, with its arguments given as STARPU_CL_ARGS (the
- *    graph builder's way) or as STARPU_VALUE.
+ *    graph builder's way, model_codelets.h).
  * Sizes are small and odd (T = 5, d = 6, H = 2, hd = 3, V = 11) plus a larger attention. */
 #include <errno.h>
 #include <starpu.h>
@@ -594,11 +594,10 @@ static void test_codelets(void)
 	_Static_assert(O_COUNT == sizeof outs / sizeof outs[0], "one handle per output");
 
 	/* cl_arg: a malloc'd struct (STARPU_CL_ARGS, the convention of model_codelets.h and of
-	 * graph/model.c); a few tasks use STARPU_VALUE, which packs it, and must work too */
+	 * graph/model.c) */
 #define ARGS(s) STARPU_CL_ARGS, args_copy(&(s)), sizeof(s)
-#define PACKED(s) STARPU_VALUE, &(s), sizeof(s)
 	insert_ok(starpu_task_insert(&_dos_embed_fwd_codelet, STARPU_R, h_ids, STARPU_R, h_tok, STARPU_R, h_pos,
-				     STARPU_W, outs[O_X], PACKED(a), 0),
+				     STARPU_W, outs[O_X], ARGS(a), 0),
 		  "embed_fwd");
 	insert_ok(starpu_task_insert(&_dos_embed_bwd_codelet, STARPU_R, h_ids, STARPU_R, h_dy, STARPU_RW, outs[O_DTOK],
 				     STARPU_RW, outs[O_DPOS], ARGS(acc), 0),
@@ -614,7 +613,7 @@ static void test_codelets(void)
 				     ARGS(a), 0),
 		  "linear_fwd");
 	insert_ok(starpu_task_insert(&_dos_linear_fwd_codelet, STARPU_R, h_x, STARPU_R, h_wl, STARPU_W, outs[O_YLR],
-				     STARPU_R, h_res, PACKED(a), 0),
+				     STARPU_R, h_res, ARGS(a), 0),
 		  "linear_fwd with residual");
 	insert_ok(starpu_task_insert(&_dos_linear_bwd_data_codelet, STARPU_R, h_dyl, STARPU_R, h_wl, STARPU_W,
 				     outs[O_DXL], ARGS(a), 0),
@@ -634,7 +633,7 @@ static void test_codelets(void)
 				     ARGS(a), 0),
 		  "gelu_bwd");
 	insert_ok(starpu_task_insert(&_dos_xent_codelet, STARPU_R, h_logits, STARPU_R, h_targets, STARPU_W,
-				     outs[O_LOSS], STARPU_W, outs[O_DL], PACKED(xent), 0),
+				     outs[O_LOSS], STARPU_W, outs[O_DL], ARGS(xent), 0),
 		  "xent");
 #undef ARGS
 #undef PACKED
