@@ -43,7 +43,7 @@ esac
 apt_packages=(
 	build-essential autoconf automake libtool pkg-config dpkg-dev patch
 	libhwloc-dev hwloc libopenmpi-dev openmpi-bin libfxt-dev libsimgrid-dev
-	libopenblas-dev python3 clang-format
+	libopenblas-dev python3 clang-format valgrind
 )
 
 as_root() {

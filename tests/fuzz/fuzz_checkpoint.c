@@ -1,0 +1,309 @@
+/* libFuzzer target for the checkpoint reader (graph/checkpoint.c): every input is written
+ * to a file and handed to dos_checkpoint_load with a fixed small layout. Built and run by
+ * tools/fuzz.sh (`make fuzz`), not by the autotools build; see tests/fuzz/README.md.
+ *
+ * Each input is tried twice: as it is, and with its CRC32Cs recomputed wherever its own
+ * header_len and section lengths put them, so that mutations reach the checks behind the
+ * checksums (version, layout, tags, lengths) instead of all dying at the header's CRC.
+ *
+ * The oracle is independent of the reader: the format of the comment at the top of
+ * graph/checkpoint.c, checked here byte by byte for the expected layout. For every file:
+ *  - the load succeeds exactly when the file is a valid checkpoint of that layout;
+ *  - on success *got holds the header's fields (numel pointing to expect's) and master,
+ *    m and v hold the sections' bytes;
+ *  - on failure the code is -EINVAL or -EIO, dos_last_error() names the file, and *got
+ *    and the three arrays are untouched (still the sentinel);
+ *  - no file descriptor is leaked (ASan's leak check covers memory).
+ * A broken rule calls abort(), which libFuzzer reports as a crash with the input saved.
+ *
+ * With DOS_FUZZ_WRITE_SEEDS=DIR in the environment the program instead writes valid
+ * checkpoints (dos_checkpoint_save) into DIR as the seed corpus and exits. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+
+/* The layout every input is loaded against. */
+#define NPARAMS 37
+#define NTENSORS 3
+#define SUBGROUP 16
+static const uint64_t expect_numel[NTENSORS] = {10, 20, 7};
+static const struct dos_checkpoint_meta expect = {
+	.nparams = NPARAMS,
+	.subgroup_size = SUBGROUP,
+	.ntensors = NTENSORS,
+	.numel = expect_numel,
+	.weight_dtype = DOS_FP32,
+	.grad_dtype = DOS_FP32,
+};
+
+/* The format, version 1 (graph/checkpoint.c), for that layout. */
+#define HEADER_FIXED 144
+#define HEADER_LEN (HEADER_FIXED + 8 * NTENSORS + 4)
+#define SECTION_LEN (16 + 4 * NPARAMS + 4)
+#define FILE_LEN (HEADER_LEN + 3 * SECTION_LEN)
+static const char section_tags[3][8] = {"master", "adam_m", "adam_v"};
+
+#define SENTINEL_BYTE 0xA5
+
+static char input_path[4096];
+static char input_dir[4096];
+/* Which of the two tries of an input is running, for the messages. */
+static const char *variant = "";
+
+#define REQUIRE(cond, ...)                                                                                    \
+	do {                                                                                                  \
+		if (!(cond)) {                                                                                \
+			fprintf(stderr, "fuzz_checkpoint: %s:%d: %s (input %s): ", __FILE__, __LINE__, #cond, \
+				variant);                                                                     \
+			fprintf(stderr, __VA_ARGS__);                                                         \
+			fprintf(stderr, "\n");                                                                \
+			abort();                                                                              \
+		}                                                                                             \
+	} while (0)
+
+/* Bit by bit, as the definition reads (reflected 0x82F63B78, initial and final xor ~0). */
+static uint32_t ref_crc32c(const unsigned char *p, size_t len)
+{
+	uint32_t crc = 0xFFFFFFFFu;
+	for (size_t i = 0; i < len; i++) {
+		crc ^= p[i];
+		for (int k = 0; k < 8; k++)
+			crc = (crc & 1) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+	}
+	return ~crc;
+}
+
+static uint32_t u32_at(const unsigned char *p, size_t off)
+{
+	uint32_t x;
+	memcpy(&x, p + off, sizeof x);
+	return x;
+}
+
+static uint64_t u64_at(const unsigned char *p, size_t off)
+{
+	uint64_t x;
+	memcpy(&x, p + off, sizeof x);
+	return x;
+}
+
+/* Whether `data` is a valid checkpoint of `expect`'s layout. */
+static int oracle_valid(const unsigned char *data, size_t size)
+{
+	if (size != FILE_LEN)
+		return 0;
+	if (memcmp(data, "DOSCKPT\0", 8) != 0 || u32_at(data, 8) != 1 || u32_at(data, 12) != 0x01020304u ||
+	    u32_at(data, 16) != HEADER_LEN)
+		return 0;
+	if (ref_crc32c(data, HEADER_LEN - 4) != u32_at(data, HEADER_LEN - 4))
+		return 0;
+	if (u32_at(data, 20) != NTENSORS || u64_at(data, 24) != NPARAMS || u64_at(data, 32) != SUBGROUP ||
+	    u32_at(data, 40) != DOS_FP32 || u32_at(data, 44) != DOS_FP32)
+		return 0;
+	for (int i = 0; i < NTENSORS; i++)
+		if (u64_at(data, HEADER_FIXED + 8 * (size_t)i) != expect_numel[i])
+			return 0;
+	for (int s = 0; s < 3; s++) {
+		size_t off = HEADER_LEN + (size_t)s * SECTION_LEN;
+		if (memcmp(data + off, section_tags[s], 8) != 0 || u64_at(data, off + 8) != 4 * NPARAMS)
+			return 0;
+		if (ref_crc32c(data + off, SECTION_LEN - 4) != u32_at(data, off + SECTION_LEN - 4))
+			return 0;
+	}
+	return 1;
+}
+
+/* Recomputes the CRCs where the file's own header_len and section lengths put them. */
+static void fix_crcs(unsigned char *data, size_t size)
+{
+	if (size < 20)
+		return;
+	uint64_t header_len = u32_at(data, 16);
+	if (header_len < 24 || header_len > size)
+		return;
+	uint32_t crc = ref_crc32c(data, header_len - 4);
+	memcpy(data + header_len - 4, &crc, sizeof crc);
+	uint64_t off = header_len;
+	for (int s = 0; s < 3; s++) {
+		if (size - off < 16)
+			return;
+		uint64_t len = u64_at(data, off + 8);
+		if (len > size - off - 16 || size - off - 16 - len < 4)
+			return;
+		crc = ref_crc32c(data + off, 16 + len);
+		memcpy(data + off + 16 + len, &crc, sizeof crc);
+		off += 16 + len + 4;
+	}
+}
+
+/* Overwritten in place, then cut to size: ext4 flushes a file truncated to 0 and rewritten
+ * when it is closed (auto_da_alloc), which made O_TRUNC a hundred times slower. */
+static void write_input(const unsigned char *data, size_t size)
+{
+	int fd = open(input_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	REQUIRE(fd >= 0, "cannot create %s: %s", input_path, strerror(errno));
+	for (size_t done = 0; done < size;) {
+		ssize_t n = pwrite(fd, data + done, size - done, (off_t)done);
+		REQUIRE(n > 0, "cannot write %s: %s", input_path, strerror(errno));
+		done += (size_t)n;
+	}
+	REQUIRE(ftruncate(fd, (off_t)size) == 0, "cannot truncate %s: %s", input_path, strerror(errno));
+	REQUIRE(close(fd) == 0, "cannot close %s: %s", input_path, strerror(errno));
+}
+
+/* The lowest free file descriptor. */
+static int lowest_free_fd(void)
+{
+	int fd = dup(2);
+	REQUIRE(fd >= 0, "dup: %s", strerror(errno));
+	close(fd);
+	return fd;
+}
+
+static void check_one(const unsigned char *data, size_t size)
+{
+	static float arrays[3][NPARAMS], sentinel_arrays[3][NPARAMS];
+	static struct dos_checkpoint_meta got, sentinel_got;
+	memset(arrays, SENTINEL_BYTE, sizeof arrays);
+	memset(sentinel_arrays, SENTINEL_BYTE, sizeof sentinel_arrays);
+	memset(&got, SENTINEL_BYTE, sizeof got);
+	memset(&sentinel_got, SENTINEL_BYTE, sizeof sentinel_got);
+
+	write_input(data, size);
+	int valid = oracle_valid(data, size), fd_before = lowest_free_fd();
+	int err = dos_checkpoint_load(input_path, &expect, &got, arrays[0], arrays[1], arrays[2]);
+	REQUIRE(lowest_free_fd() == fd_before, "a file descriptor leaked (err = %d)", err);
+
+	if (err) {
+		REQUIRE(!valid, "a valid checkpoint of %zu bytes refused: %d (%s)", size, err, dos_last_error());
+		REQUIRE(err == -EINVAL || err == -EIO, "error %d for a malformed file, not -EINVAL or -EIO (%s)", err,
+			dos_last_error());
+		REQUIRE(strstr(dos_last_error(), input_path), "the message does not name the file: %s",
+			dos_last_error());
+		REQUIRE(memcmp(&got, &sentinel_got, sizeof got) == 0, "*got written on error %d (%s)", err,
+			dos_last_error());
+		REQUIRE(memcmp(arrays, sentinel_arrays, sizeof arrays) == 0, "arrays written on error %d (%s)", err,
+			dos_last_error());
+		return;
+	}
+	REQUIRE(valid, "a malformed file of %zu bytes accepted", size);
+	REQUIRE(got.nparams == expect.nparams && got.subgroup_size == expect.subgroup_size &&
+			got.ntensors == expect.ntensors && got.numel == expect.numel &&
+			got.weight_dtype == expect.weight_dtype && got.grad_dtype == expect.grad_dtype,
+		"the layout of *got differs from expect's");
+	REQUIRE(got.step == u64_at(data, 48) && got.skipped_steps == u64_at(data, 56) &&
+			got.steps_done == u64_at(data, 64) && got.good_steps == u32_at(data, 80) &&
+			(uint32_t)got.hp.mode == u32_at(data, 84) && got.seed == u64_at(data, 88) &&
+			got.data_rng == u64_at(data, 96),
+		"the progress fields of *got differ from the header's");
+	const double *doubles[] = {&got.loss_scale, &got.hp.lr,  &got.hp.beta1,
+				   &got.hp.beta2,   &got.hp.eps, &got.hp.weight_decay};
+	const size_t double_offs[] = {72, 104, 112, 120, 128, 136};
+	for (int i = 0; i < 6; i++)
+		REQUIRE(memcmp(doubles[i], data + double_offs[i], 8) == 0, "double field at offset %zu differs",
+			double_offs[i]);
+	for (int s = 0; s < 3; s++)
+		REQUIRE(memcmp(arrays[s], data + HEADER_LEN + (size_t)s * SECTION_LEN + 16, 4 * NPARAMS) == 0,
+			"section %d's data differ from the file's", s);
+}
+
+static void remove_input(void)
+{
+	unlink(input_path);
+	rmdir(input_dir);
+}
+
+/* Valid checkpoints into `dir`: the layout above with various contents, and two of other
+ * layouts (they reach the refusals of another model). */
+static int write_seeds(const char *dir)
+{
+	static float arrays[3][NPARAMS];
+	uint64_t other_numel[2] = {3, 2};
+	struct dos_checkpoint_meta meta = expect;
+	char path[4096];
+	for (int k = 0; k < 5; k++) {
+		for (int s = 0; s < 3; s++)
+			for (int i = 0; i < NPARAMS; i++)
+				arrays[s][i] = k == 0 ? 0.0f : (float)((s + 1) * (i - 17) * k) / 7.0f;
+		meta.step = 100u * (unsigned)k;
+		meta.skipped_steps = (unsigned)k;
+		meta.steps_done = 101u * (unsigned)k;
+		meta.loss_scale = k == 0 ? 1.0 : 65536.0 / k;
+		meta.good_steps = 10u * (unsigned)k;
+		meta.seed = 0x5eed0000u + (unsigned)k;
+		meta.data_rng = 0x123456789abcdefull * (unsigned)(k + 1);
+		meta.hp = (struct dos_adam_hparams){.mode = k % 2 ? DOS_ADAMW : DOS_ADAM_L2,
+						    .lr = 1e-3 * (k + 1),
+						    .beta1 = 0.9,
+						    .beta2 = 0.999,
+						    .eps = 1e-8,
+						    .weight_decay = 0.01 * k};
+		if (dos_checkpoint_save(dir, &meta, arrays[0], arrays[1], arrays[2], 1000, path, sizeof path) != 0) {
+			fprintf(stderr, "fuzz_checkpoint: cannot write a seed in %s: %s\n", dir, dos_last_error());
+			return 1;
+		}
+	}
+	struct dos_checkpoint_meta other = meta;
+	other.nparams = 5;
+	other.ntensors = 2;
+	other.numel = other_numel;
+	other.steps_done = 7777;
+	other.weight_dtype = DOS_BF16;
+	other.grad_dtype = DOS_FP16;
+	if (dos_checkpoint_save(dir, &other, arrays[0], arrays[1], arrays[2], 1000, path, sizeof path) != 0) {
+		fprintf(stderr, "fuzz_checkpoint: cannot write a seed in %s: %s\n", dir, dos_last_error());
+		return 1;
+	}
+	other = meta;
+	other.subgroup_size = 8;
+	other.steps_done = 8888;
+	if (dos_checkpoint_save(dir, &other, arrays[0], arrays[1], arrays[2], 1000, path, sizeof path) != 0) {
+		fprintf(stderr, "fuzz_checkpoint: cannot write a seed in %s: %s\n", dir, dos_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	const char *seeds = getenv("DOS_FUZZ_WRITE_SEEDS");
+	if (seeds && seeds[0])
+		exit(write_seeds(seeds));
+	setenv("DOS_QUIET", "1", 0); /* DOS_QUIET=0 shows the messages */
+	const char *tmp = getenv("TMPDIR");
+	snprintf(input_dir, sizeof input_dir, "%s/fuzz-checkpoint-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+	if (!mkdtemp(input_dir)) {
+		fprintf(stderr, "fuzz_checkpoint: mkdtemp %s: %s\n", input_dir, strerror(errno));
+		exit(1);
+	}
+	snprintf(input_path, sizeof input_path, "%s/input.dos", input_dir);
+	atexit(remove_input);
+	return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	variant = "as given";
+	check_one(data, size);
+	if (size < 20)
+		return 0;
+	unsigned char *fixed = malloc(size);
+	REQUIRE(fixed, "no memory for %zu bytes", size);
+	memcpy(fixed, data, size);
+	fix_crcs(fixed, size);
+	variant = "with its CRCs recomputed";
+	if (memcmp(fixed, data, size) != 0)
+		check_one(fixed, size);
+	free(fixed);
+	return 0;
+}
