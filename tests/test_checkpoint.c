@@ -12,26 +12,13 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "crc32c_reference.h"
 #include "test_util.h"
 
 /* snprintf into an array, which must be large enough */
 #define FORMAT(buf, ...) CHECK((size_t)snprintf((buf), sizeof(buf), __VA_ARGS__) < sizeof(buf), "%s is too long", #buf)
 
 /* ---- an independent CRC32C and file helpers ------------------------------------------- */
-
-/* Bit by bit, as the definition reads: checks the library's table-driven one through the
- * CRCs it stores, and re-CRCs headers that a test patches on purpose. */
-static uint32_t ref_crc32c(const void *buf, size_t len)
-{
-	const unsigned char *p = buf;
-	uint32_t crc = 0xFFFFFFFFu;
-	for (size_t i = 0; i < len; i++) {
-		crc ^= p[i];
-		for (int k = 0; k < 8; k++)
-			crc = (crc & 1) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
-	}
-	return ~crc;
-}
 
 static unsigned char *read_whole(const char *path, size_t *len)
 {

@@ -50,7 +50,7 @@ bin=$dir/fuzz_checkpoint
 echo "fuzz: building $bin" >&2
 "$cc" -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	-Wall -Wextra -Werror -std=gnu11 \
-	-I "$dir/include" -I "$top/include" -I "$top/integration" -I "$top/graph" -I "$top/codelets" \
+	-I "$dir/include" -I "$top/include" -I "$top/integration" -I "$top/graph" -I "$top/codelets" -I "$top/tests" \
 	-I "$starpu_include" \
 	"$top/tests/fuzz/fuzz_checkpoint.c" "$top/graph/checkpoint.c" "$top/integration/errors.c" \
 	"$top/codelets/dtype.c" -lpthread -o "$bin.new"

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "crc32c_reference.h"
 
 /* The layout every input is loaded against. */
 #define NPARAMS 37
@@ -68,18 +69,6 @@ static const char *variant = "";
 			abort();                                                                              \
 		}                                                                                             \
 	} while (0)
-
-/* Bit by bit, as the definition reads (reflected 0x82F63B78, initial and final xor ~0). */
-static uint32_t ref_crc32c(const unsigned char *p, size_t len)
-{
-	uint32_t crc = 0xFFFFFFFFu;
-	for (size_t i = 0; i < len; i++) {
-		crc ^= p[i];
-		for (int k = 0; k < 8; k++)
-			crc = (crc & 1) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
-	}
-	return ~crc;
-}
 
 static uint32_t u32_at(const unsigned char *p, size_t off)
 {
