@@ -96,6 +96,25 @@ static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config 
 
 /* Saves the state after `steps_done` steps: waits for that step's updates (reading every
  * subgroup's state where it is home), writes, and lets the next step go on. */
+/* With every subgroup's state home and readable: an error naming the first non-finite value
+ * of master, m or v (array, parameter, subgroup, step), so that a NaN in the state is
+ * reported instead of being saved or trained on silently. */
+static int check_state_finite(const struct dos_optimizer *opt, uint64_t steps_done)
+{
+	const float *arrays[] = {opt->master, opt->m, opt->v};
+	const char *names[] = {"master weight", "Adam m", "Adam v"};
+	for (int a = 0; a < 3; a++)
+		for (uint64_t i = 0; i < opt->map.nparams; i++)
+			if (!isfinite(arrays[a][i]))
+				return DOS_FAIL(
+					-ERANGE,
+					"after step %llu the optimizer state is not finite: %s of parameter %llu "
+					"(subgroup %llu) is %g; not saved, training stopped",
+					(unsigned long long)steps_done, names[a], (unsigned long long)i,
+					(unsigned long long)(i / opt->map.subgroup_size), (double)arrays[a][i]);
+	return 0;
+}
+
 static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model, struct dos_optimizer *opt,
 			   const struct dos_corpus *corpus, uint64_t steps_done)
 {
@@ -104,7 +123,9 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
 			starpu_data_acquire(state[i][s], STARPU_R);
 	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, steps_done);
-	int err = dos_checkpoint_save(cfg->checkpoint_dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
+	int err = check_state_finite(opt, steps_done);
+	if (!err)
+		err = dos_checkpoint_save(cfg->checkpoint_dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
 	for (int i = 0; i < 3; i++)
 		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
 			starpu_data_release(state[i][s]);
@@ -263,6 +284,16 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		for (uint32_t a = 0; a < A; a++)
 			if (loss_slots[i][a])
 				starpu_data_unregister(loss_slots[i][a]);
+	if (!err && DOS_VALUES_ARE_REAL) { /* the final state, once home */
+		starpu_data_handle_t *state[] = {opt.master_h, opt.m_h, opt.v_h};
+		for (int i = 0; i < 3; i++)
+			for (uint32_t s = 0; s < opt.map.nsubgroups; s++)
+				starpu_data_acquire(state[i][s], STARPU_R);
+		err = check_state_finite(&opt, cfg->steps);
+		for (int i = 0; i < 3; i++)
+			for (uint32_t s = 0; s < opt.map.nsubgroups; s++)
+				starpu_data_release(state[i][s]);
+	}
 	if (out) {
 		out->seconds = now_seconds() - start;
 		out->skipped_steps = opt.skipped_steps;

@@ -12,7 +12,8 @@
 #     every fp16 step overflows, and master weights, m and v stay as initialised;
 #  5. checkpoints: N steps + save + resume + M steps ends bit-identical to N + M steps, also
 #     after SIGKILL at random moments of a run that saves every step;
-#  6. bad options are refused with a message naming the option and the value;
+#  6. bad options are refused with a message naming the option and the value, and a
+#     state that stops being finite is reported with the subgroup and step;
 #  7. --plot and --trace write their files.
 # DOS_QUICK_CHECK=1 (sanitizer and distcheck builds) runs 60 steps of the default model
 # instead of the full run, with a margin of 0.4 (measured: 3.76 -> 3.15).
@@ -176,7 +177,10 @@ expect_refusal "no checkpoint in $work" --preset tiny --resume --checkpoint-dir 
 mkdir -p "$work/other"
 $train --preset tiny --steps 2 --quiet --checkpoint-dir "$work/other" >/dev/null 2>&1 || fail "saving for the mismatch test failed"
 expect_refusal "nparams" --preset tiny --layers 3 --resume --checkpoint-dir "$work/other"
-echo "bad options: 18 refused with the option and value named"
+# a state that stops being finite is reported (array, parameter, subgroup, step), not trained on
+expect_refusal "after step 4 the optimizer state is not finite: master weight of parameter" \
+	--preset tiny --steps 4 --lr 1e38 --weight-decay 0
+echo "bad options: 18 refused with the option and value named; a non-finite state reported"
 # ---- 7. outputs: --plot writes a picture, --trace an FxT trace ---------------------------
 $train --preset tiny --steps 3 --quiet --plot "$work/last.svg" >"$work/log" 2>&1 || fail "--plot run failed: $(cat "$work/log")"
 grep -q '<svg' "$work/last.svg" && grep -q 'dos_adam' "$work/last.svg" || fail "--plot wrote no picture of the updates"

@@ -398,6 +398,7 @@ static int write_dump(const char *path, const struct dos_train_output *out, uint
 
 int main(int argc, char **argv)
 {
+	setenv("DOS_QUIET", "1", 0); /* we print the library's error messages ourselves, once */
 	const struct preset *preset = &presets[DEFAULT_PRESET];
 	struct dos_train_config cfg = {
 		.seed = 1234,
