@@ -91,12 +91,12 @@ struct policy {
 	 * steps are collected at once; each is planned when its first update is ready. */
 #define STEP_SLOTS 4
 	struct step_tasks steps[STEP_SLOTS];
-	struct fetch_window staged;   /* to the GPU: state and gradient, `staging slots` ahead */
-	struct fetch_window resident; /* to the GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
-	struct fetch_window on_cpu;   /* to host memory: GPU-homed gradients, one per CPU worker ahead */
-	uint32_t generation;
-	struct deferred_prefetches deferred;
-	/* decided under the plan lock, issued after */ /* of the current plan (and windows) */
+	struct fetch_window staged;          /* to the GPU: state and gradient, `staging slots` ahead */
+	struct fetch_window resident;        /* to the GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
+	struct fetch_window on_cpu;          /* to host memory: GPU-homed gradients, one per CPU worker ahead */
+	uint32_t generation;                 /* of the current plan (and windows) */
+	struct deferred_prefetches deferred; /* decided under the plan lock, issued after */
+	int said_no_gpu_room;                /* the no-GPU-room warning is printed once */
 	int gpu_node;
 	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
 	double app_inflight_bytes, app_peak_bytes;
@@ -481,6 +481,15 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	p->stats.last_bound_seconds = _dos_bound_seconds(&m, sg, s->n, NULL);
 	p->stats.calibrated = calibrated;
 	p->stats.gpu_budget_bytes = m.gpu_budget_bytes;
+	if (p->gpu_node >= 0 && m.gpu_budget_bytes < per && !p->said_no_gpu_room) {
+		/* less GPU memory than one subgroup needs: every update runs on the CPU, which
+		 * is correct but slow; the user should know, once */
+		p->said_no_gpu_room = 1;
+		fprintf(stderr,
+			"starpu-dos: %s: no GPU memory left for optimizer state (budget %.3g GB after what the "
+			"application keeps there, one subgroup needs %.3g GB): updates run on the CPU\n",
+			rule_name(p->rule), m.gpu_budget_bytes * 1e-9, per * 1e-9);
+	}
 	s->planned = 1;
 	free(sg);
 	free(place);

@@ -81,6 +81,21 @@ train_case() { # MACHINE
 }
 train_case h100-pcie5
 train_case h200
+
+# Less GPU memory than the plan would like (STARPU_LIMIT_CUDA_MEM): with 14 GB the model
+# leaves no room for optimizer state, so every update runs on the CPU, the run completes,
+# and dos says so once; with 6 GB even the model does not fit and StarPU evicts its data,
+# but the run still completes (no deadlock).
+for mem in 14000 6000; do
+	out=$home/limited-$mem.txt
+	STARPU_LIMIT_CUDA_MEM=$mem timeout 300 "${bench%/dos-bench}/dos-train" --simulate h100-pcie5 --preset 1b \
+		--steps 3 --quiet >"$out" 2>&1
+	check "h100-pcie5 with a ${mem} MiB GPU: dos-train completes" $?
+	grep -q 'updates ran 33 on CPU workers, 0 on GPU workers' "$out"
+	check "h100-pcie5 with a ${mem} MiB GPU: every update on the CPU" $?
+	[[ $(grep -c 'no GPU memory left for optimizer state' "$out") == 1 ]]
+	check "h100-pcie5 with a ${mem} MiB GPU: dos says so once" $?
+done
 printf '# PASS: %d\n# FAIL: %d\n' "$pass" "$fail" >"$summary"
 echo "sim-policies: $pass passed, $fail failed"
 [[ $fail == 0 ]]
