@@ -28,11 +28,22 @@ int dos_model_shape_check(const struct dos_model_shape *s)
 			return DOS_FAIL(-EINVAL, "model %s = 0: every size must be positive", fields[i].name);
 	if (s->hidden % s->heads)
 		return DOS_FAIL(-EINVAL, "model hidden = %u is not a multiple of heads = %u", s->hidden, s->heads);
-	/* the largest tensors must fit a StarPU vector's 32-bit element count */
-	uint64_t widest = s->vocab > s->ffn ? s->vocab : s->ffn;
-	if (widest > 3 && (uint64_t)s->hidden * widest > UINT32_MAX)
-		return DOS_FAIL(-EINVAL, "model hidden = %u times %u does not fit 2^32 elements", s->hidden,
-				(unsigned)widest);
+	/* the tensor count is 32-bit, and a layer count beyond this is no model anyone trains */
+	if (s->layers > DOS_MODEL_MAX_LAYERS)
+		return DOS_FAIL(-EINVAL, "model layers = %u: at most %u", s->layers, DOS_MODEL_MAX_LAYERS);
+	/* every tensor must fit a StarPU vector's 32-bit element count */
+	uint64_t d = s->hidden;
+	const struct {
+		const char *name;
+		uint64_t elements;
+	} tensors[] = {{"vocab x hidden (embedding, head)", s->vocab * d},
+		       {"seq_len x hidden (positions)", s->seq_len * d},
+		       {"3 hidden x hidden (qkv)", 3 * d * d},
+		       {"ffn x hidden (MLP)", s->ffn * d}};
+	for (size_t i = 0; i < sizeof tensors / sizeof *tensors; i++)
+		if (tensors[i].elements > UINT32_MAX)
+			return DOS_FAIL(-EINVAL, "model %s = %llu elements: a tensor holds at most 2^32 - 1",
+					tensors[i].name, (unsigned long long)tensors[i].elements);
 	return 0;
 }
 

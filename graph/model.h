@@ -46,8 +46,11 @@ struct dos_model {
 	void *hook_arg;
 };
 
-/* Checks a shape: every size > 0, hidden divisible by heads, sizes that fit the 32-bit
- * element counts of StarPU vectors. Returns 0 or -EINVAL naming the field and value. */
+#define DOS_MODEL_MAX_LAYERS 100000
+
+/* Checks a shape: every size > 0, hidden divisible by heads, at most DOS_MODEL_MAX_LAYERS
+ * layers, every tensor within the 32-bit element count of a StarPU vector. Returns 0 or
+ * -EINVAL naming the field and value. */
 int dos_model_shape_check(const struct dos_model_shape *shape);
 /* Parameters of a shape, and each tensor's element count in flat order (numel may be
  * NULL; it has 2 + 6 * layers + 2 entries). */

@@ -177,10 +177,16 @@ expect_refusal "no checkpoint in $work" --preset tiny --resume --checkpoint-dir 
 mkdir -p "$work/other"
 $train --preset tiny --steps 2 --quiet --checkpoint-dir "$work/other" >/dev/null 2>&1 || fail "saving for the mismatch test failed"
 expect_refusal "nparams" --preset tiny --layers 3 --resume --checkpoint-dir "$work/other"
+expect_refusal "has 2^64 parameters" --preset tiny --hidden 2147483648 --vocab 4294967295 --ffn 4294967295 \
+	--seq-len 1 --layers 1
+expect_refusal "subgroup-size = ' -1'" --subgroup-size ' -1'
+expect_refusal "loss-scale = -5" --loss-scale -5
+expect_refusal "layers = 715827882: at most" --preset tiny --layers 715827882 --steps 1
+expect_refusal "3 hidden x hidden (qkv)" --preset tiny --hidden 40000 --heads 1 --vocab 256 --ffn 3 --steps 1
 # a state that stops being finite is reported (array, parameter, subgroup, step), not trained on
 expect_refusal "after step 4 the optimizer state is not finite: master weight of parameter" \
 	--preset tiny --steps 4 --lr 1e38 --weight-decay 0
-echo "bad options: 18 refused with the option and value named; a non-finite state reported"
+echo "bad options: 23 refused with the option and value named; a non-finite state reported"
 # ---- 7. outputs: --plot writes a picture, --trace an FxT trace ---------------------------
 $train --preset tiny --steps 3 --quiet --plot "$work/last.svg" >"$work/log" 2>&1 || fail "--plot run failed: $(cat "$work/log")"
 grep -q '<svg' "$work/last.svg" && grep -q 'dos_adam' "$work/last.svg" || fail "--plot wrote no picture of the updates"

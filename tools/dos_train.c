@@ -3,7 +3,6 @@
  * progress and ending with a summary. With no arguments it trains the default small model
  * for a few hundred steps; see --help. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 #include "dos.h"
 #include "timeline.h"
 #include "train.h"
+#include "train_options.h"
 
 #ifndef DOS_DATA_DIR
 #define DOS_DATA_DIR "."
@@ -92,27 +92,6 @@ __attribute__((constructor)) static void simulate_from_command_line(void)
 	set_default("STARPU_MALLOC_SIMULATION_FOLD", "64");
 }
 #endif
-
-struct preset {
-	const char *name, *what;
-	struct dos_model_shape shape;
-	uint32_t micro_batch, accumulation;
-	uint64_t subgroup_size, steps;
-};
-
-/* The published shapes (hidden / FFN / layers / heads, sequence 2048, GPT-NeoX vocabulary)
- * keep their sizes; our MLP has two matrices (GELU), so parameter counts are a little
- * below the names. */
-static const struct preset presets[] = {
-	{"tiny", "the PyTorch reference's model", {256, 32, 2, 64, 2, 16}, 4, 1, 4096, 50},
-	/* two micro-batches per step: their forward chains run side by side on two cores */
-	{"small", "the default: under two minutes on two cores", {256, 192, 6, 768, 6, 128}, 4, 2, 131072, 500},
-	{"1b", "about 1 B parameters, for one GPU", {50304, 2048, 16, 8192, 16, 1024}, 1, 1, 100000000, 20},
-	{"7b", "hidden 4096, FFN 11008, 32 layers, 32 heads", {50304, 4096, 32, 11008, 32, 2048}, 1, 1, 100000000, 10},
-	{"13b", "hidden 5120, FFN 13824, 40 layers, 40 heads", {50304, 5120, 40, 13824, 40, 2048}, 1, 1, 100000000, 10},
-	{"20b", "hidden 5120, FFN 20480, 40 layers, 64 heads", {50304, 5120, 64, 20480, 40, 2048}, 1, 1, 100000000, 10},
-};
-#define DEFAULT_PRESET 1
 
 /* ---- phase times and update placement, from task profiling --------------------------- */
 
@@ -290,73 +269,7 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 	fflush(stdout);
 }
 
-/* ---- options ----------------------------------------------------------------------- */
-
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: dos-train [options]\n"
-		   "Trains the example decoder model (docs/model.md) with the optimizer's updates placed\n"
-		   "by a StarPU scheduling policy. No options: the 'small' model, 500 steps, policy dos.\n\n"
-		   "model:\n"
-		   "  --preset NAME        tiny, small (default), 1b, 7b, 13b, 20b\n"
-		   "  --vocab N --hidden N --heads N --ffn N --layers N --seq-len N   override the shape\n"
-		   "  --checkpoint-activations   keep only layer inputs; recompute in backward\n"
-		   "training:\n"
-		   "  --steps N            optimizer steps\n"
-		   "  --micro-batch N      sequences per micro-batch\n"
-		   "  --accumulate N       micro-batches per step (gradient accumulation)\n"
-		   "  --seed N             weights and data order (default 1234)\n"
-		   "  --data FILE          training text (default: the bundled corpus)\n"
-		   "optimizer (AdamW):\n"
-		   "  --lr X --beta1 X --beta2 X --eps X --weight-decay X   (3e-3, 0.9, 0.95, 1e-8, 0.1)\n"
-		   "  --precision P        fp32 (default), bf16 or fp16 (16-bit working weights and\n"
-		   "                       gradients; fp16 turns dynamic loss scaling on)\n"
-		   "  --loss-scale X       initial dynamic loss scale (fp16 default 65536; 0 = off)\n"
-		   "  --clip X             global gradient-norm clipping (0 = off, default)\n"
-		   "  --subgroup-size N    parameters per optimizer subgroup\n"
-		   "scheduling:\n"
-		   "  --policy NAME        dos (default), all-cpu, stride, resident, or a StarPU policy\n"
-		   "                       (dmda, dmdas, eager, lws, ...); STARPU_SCHED overrides it\n"
-		   "output:\n"
-		   "  --plot FILE.svg      picture of the last iteration (workers, links, GPU memory)\n"
-		   "  --trace DIR          StarPU FxT trace into DIR (convert with starpu_fxt_tool)\n"
-		   "  --simulate NAME      run on a simulated machine of sched/machines/ (h100-pcie5,\n"
-		   "                       a100-pcie4, h200): only in the build against StarPU's SimGrid\n"
-		   "                       variant (build-simgrid/dos-train); times simulated, no losses\n"
-		   "  --dump FILE          write master weights, m, v and working weights (fp32, raw)\n"
-		   "checkpoints (optimizer state, step counters, data order; see graph/checkpoint.h):\n"
-		   "  --checkpoint-dir DIR save into DIR (existing) after the last step; two are kept\n"
-		   "  --checkpoint-every N also every N steps\n"
-		   "  --resume             continue from DIR's latest checkpoint up to --steps in all\n"
-		   "  --quiet              only the summary\n");
-}
-
-static int parse_u64(const char *option, const char *text, uint64_t min, uint64_t max, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(text, &end, 0);
-	if (errno || end == text || *end || text[0] == '-' || v < min || v > max) {
-		fprintf(stderr, "dos-train: --%s = '%s': expected an integer in [%llu, %llu]\n", option, text,
-			(unsigned long long)min, (unsigned long long)max);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
-}
-
-static int parse_double(const char *option, const char *text, double *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(text, &end);
-	if (errno || end == text || *end || !isfinite(v)) {
-		fprintf(stderr, "dos-train: --%s = '%s': expected a finite number\n", option, text);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
-}
+/* ---- files: the default corpus, --dump (the options are train_options.c's) ------------- */
 
 static const char *default_data_path(void)
 {
@@ -399,236 +312,25 @@ static int write_dump(const char *path, const struct dos_train_output *out, uint
 int main(int argc, char **argv)
 {
 	setenv("DOS_QUIET", "1", 0); /* we print the library's error messages ourselves, once */
-	const struct preset *preset = &presets[DEFAULT_PRESET];
-	struct dos_train_config cfg = {
-		.seed = 1234,
-		.opt = {.weight_dtype = DOS_FP32,
-			.grad_dtype = DOS_FP32,
-			.hp = {.mode = DOS_ADAMW,
-			       .lr = 3e-3,
-			       .beta1 = 0.9,
-			       .beta2 = 0.95,
-			       .eps = 1e-8,
-			       .weight_decay = 0.1},
-			.loss_scale_window = 1000},
-	};
-	const char *policy = "dos", *plot = NULL, *trace = NULL, *dump = NULL, *precision = "fp32", *simulate = NULL;
-	int quiet = 0;
-	double loss_scale = -1;
-	uint64_t shape_override[6] = {0}, steps = 0, micro_batch = 0, accumulation = 0, subgroup = 0;
-	enum {
-		O_PRESET = 256,
-		O_VOCAB,
-		O_HIDDEN,
-		O_HEADS,
-		O_FFN,
-		O_LAYERS,
-		O_SEQ,
-		O_CKPT,
-		O_STEPS,
-		O_MB,
-		O_ACC,
-		O_SEED,
-		O_DATA,
-		O_LR,
-		O_B1,
-		O_B2,
-		O_EPS,
-		O_WD,
-		O_PREC,
-		O_LS,
-		O_CLIP,
-		O_SUB,
-		O_POLICY,
-		O_PLOT,
-		O_TRACE,
-		O_DUMP,
-		O_QUIET,
-		O_SIMULATE,
-		O_CKPT_DIR,
-		O_CKPT_EVERY,
-		O_RESUME,
-		O_HELP
-	};
-	static const struct option options[] = {{"preset", 1, 0, O_PRESET},
-						{"vocab", 1, 0, O_VOCAB},
-						{"hidden", 1, 0, O_HIDDEN},
-						{"heads", 1, 0, O_HEADS},
-						{"ffn", 1, 0, O_FFN},
-						{"layers", 1, 0, O_LAYERS},
-						{"seq-len", 1, 0, O_SEQ},
-						{"checkpoint-activations", 0, 0, O_CKPT},
-						{"steps", 1, 0, O_STEPS},
-						{"micro-batch", 1, 0, O_MB},
-						{"accumulate", 1, 0, O_ACC},
-						{"seed", 1, 0, O_SEED},
-						{"data", 1, 0, O_DATA},
-						{"lr", 1, 0, O_LR},
-						{"beta1", 1, 0, O_B1},
-						{"beta2", 1, 0, O_B2},
-						{"eps", 1, 0, O_EPS},
-						{"weight-decay", 1, 0, O_WD},
-						{"precision", 1, 0, O_PREC},
-						{"loss-scale", 1, 0, O_LS},
-						{"clip", 1, 0, O_CLIP},
-						{"subgroup-size", 1, 0, O_SUB},
-						{"policy", 1, 0, O_POLICY},
-						{"plot", 1, 0, O_PLOT},
-						{"trace", 1, 0, O_TRACE},
-						{"dump", 1, 0, O_DUMP},
-						{"quiet", 0, 0, O_QUIET},
-						{"simulate", 1, 0, O_SIMULATE},
-						{"checkpoint-dir", 1, 0, O_CKPT_DIR},
-						{"checkpoint-every", 1, 0, O_CKPT_EVERY},
-						{"resume", 0, 0, O_RESUME},
-						{"help", 0, 0, O_HELP},
-						{0, 0, 0, 0}};
-	int c, bad = 0;
-	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
-		const char *name = c >= O_PRESET && c <= O_HELP ? options[c - O_PRESET].name : "?";
-		switch (c) {
-		case O_PRESET: {
-			preset = NULL;
-			for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
-				if (!strcmp(optarg, presets[i].name))
-					preset = &presets[i];
-			if (!preset) {
-				fprintf(stderr,
-					"dos-train: --preset = '%s': unknown; one of tiny, small, 1b, 7b, 13b, 20b\n",
-					optarg);
-				return 2;
-			}
-			break;
-		}
-		case O_VOCAB:
-		case O_HIDDEN:
-		case O_HEADS:
-		case O_FFN:
-		case O_LAYERS:
-		case O_SEQ:
-			bad |= parse_u64(name, optarg, 1, UINT32_MAX, &shape_override[c - O_VOCAB]) != 0;
-			break;
-		case O_CKPT:
-			cfg.checkpoint_activations = 1;
-			break;
-		case O_STEPS:
-			bad |= parse_u64(name, optarg, 1, UINT64_MAX / 2, &steps) != 0;
-			break;
-		case O_MB:
-			bad |= parse_u64(name, optarg, 1, 1u << 20, &micro_batch) != 0;
-			break;
-		case O_ACC:
-			bad |= parse_u64(name, optarg, 1, 1u << 20, &accumulation) != 0;
-			break;
-		case O_SEED:
-			bad |= parse_u64(name, optarg, 0, UINT64_MAX, &cfg.seed) != 0;
-			break;
-		case O_DATA:
-			cfg.data_path = optarg;
-			break;
-		case O_LR:
-			bad |= parse_double(name, optarg, &cfg.opt.hp.lr) != 0;
-			break;
-		case O_B1:
-			bad |= parse_double(name, optarg, &cfg.opt.hp.beta1) != 0;
-			break;
-		case O_B2:
-			bad |= parse_double(name, optarg, &cfg.opt.hp.beta2) != 0;
-			break;
-		case O_EPS:
-			bad |= parse_double(name, optarg, &cfg.opt.hp.eps) != 0;
-			break;
-		case O_WD:
-			bad |= parse_double(name, optarg, &cfg.opt.hp.weight_decay) != 0;
-			break;
-		case O_PREC:
-			precision = optarg;
-			break;
-		case O_LS:
-			bad |= parse_double(name, optarg, &loss_scale) != 0;
-			break;
-		case O_CLIP:
-			bad |= parse_double(name, optarg, &cfg.opt.clip_norm) != 0;
-			break;
-		case O_SUB:
-			bad |= parse_u64(name, optarg, 1, UINT64_MAX, &subgroup) != 0;
-			break;
-		case O_POLICY:
-			policy = optarg;
-			break;
-		case O_PLOT:
-			plot = optarg;
-			break;
-		case O_TRACE:
-			trace = optarg;
-			break;
-		case O_DUMP:
-			dump = optarg;
-			break;
-		case O_QUIET:
-			quiet = 1;
-			break;
-		case O_CKPT_DIR:
-			cfg.checkpoint_dir = optarg;
-			break;
-		case O_CKPT_EVERY:
-			bad |= parse_u64(name, optarg, 1, UINT64_MAX / 2, &cfg.checkpoint_every) != 0;
-			break;
-		case O_RESUME:
-			cfg.resume = 1;
-			break;
-		case O_SIMULATE:
-			simulate = optarg; /* applied before main (simulate_from_command_line) */
-			break;
-		case O_HELP:
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "dos-train: unexpected argument '%s' (see --help)\n", argv[optind]);
+	struct train_options opts;
+	switch (dos_train_parse_options(argc, argv, &opts, stderr)) {
+	case TRAIN_OPTIONS_RUN:
+		break;
+	case TRAIN_OPTIONS_HELP:
+		return 0;
+	default:
 		return 2;
 	}
-	if (!bad && (cfg.resume || cfg.checkpoint_every) && !cfg.checkpoint_dir) {
-		fprintf(stderr, "dos-train: --resume and --checkpoint-every need --checkpoint-dir\n");
-		bad = 1;
-	}
-	if (bad)
-		return 2;
-
-	cfg.shape = preset->shape;
-	uint32_t *fields[] = {&cfg.shape.vocab, &cfg.shape.hidden, &cfg.shape.heads,
-			      &cfg.shape.ffn,   &cfg.shape.layers, &cfg.shape.seq_len};
-	for (int i = 0; i < 6; i++)
-		if (shape_override[i])
-			*fields[i] = (uint32_t)shape_override[i];
-	cfg.micro_batch = micro_batch ? (uint32_t)micro_batch : preset->micro_batch;
-	cfg.accumulation = accumulation ? (uint32_t)accumulation : preset->accumulation;
-	cfg.steps = steps ? steps : preset->steps;
-	uint64_t params = dos_model_param_count(&cfg.shape, NULL);
-	cfg.opt.subgroup_size = subgroup ? subgroup : preset->subgroup_size < params ? preset->subgroup_size : params;
-	if (!strcmp(precision, "fp32"))
-		cfg.opt.weight_dtype = DOS_FP32;
-	else if (!strcmp(precision, "bf16"))
-		cfg.opt.weight_dtype = DOS_BF16;
-	else if (!strcmp(precision, "fp16"))
-		cfg.opt.weight_dtype = DOS_FP16;
-	else {
-		fprintf(stderr, "dos-train: --precision = '%s': one of fp32, bf16, fp16\n", precision);
+	struct dos_train_config cfg = opts.cfg;
+	if (dos_model_shape_check(&cfg.shape) != 0) { /* before StarPU starts */
+		fprintf(stderr, "dos-train: %s\n", dos_last_error());
 		return 2;
 	}
-	cfg.opt.grad_dtype = cfg.opt.weight_dtype;
-	if (loss_scale < 0)
-		loss_scale = cfg.opt.weight_dtype == DOS_FP16 ? 65536 : 0;
-	if (loss_scale > 0 && loss_scale < 1) {
-		fprintf(stderr, "dos-train: --loss-scale = %g: must be 0 (off) or >= 1\n", loss_scale);
-		return 2;
-	}
-	cfg.opt.dynamic_loss_scale = loss_scale > 0;
-	cfg.opt.loss_scale_init = loss_scale;
+	const struct train_preset *preset = opts.preset;
+	const char *policy = opts.policy, *plot = opts.plot, *trace = opts.trace, *dump = opts.dump;
+	const char *precision = opts.precision, *simulate = opts.simulate;
+	int quiet = opts.quiet;
+	uint64_t params = opts.params;
 	if (!cfg.data_path)
 		cfg.data_path = default_data_path();
 #ifdef STARPU_SIMGRID

@@ -1,0 +1,389 @@
+/* dos-train's command line (train_options.h). */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "train_options.h"
+
+/* The published shapes (hidden / FFN / layers / heads, sequence 2048, GPT-NeoX vocabulary)
+ * keep their sizes; our MLP has two matrices (GELU), so parameter counts are a little
+ * below the names. */
+static const struct train_preset presets[] = {
+	{"tiny", "the PyTorch reference's model", {256, 32, 2, 64, 2, 16}, 4, 1, 4096, 50},
+	/* two micro-batches per step: their forward chains run side by side on two cores */
+	{"small", "the default: under two minutes on two cores", {256, 192, 6, 768, 6, 128}, 4, 2, 131072, 500},
+	{"1b", "about 1 B parameters, for one GPU", {50304, 2048, 16, 8192, 16, 1024}, 1, 1, 100000000, 20},
+	{"7b", "hidden 4096, FFN 11008, 32 layers, 32 heads", {50304, 4096, 32, 11008, 32, 2048}, 1, 1, 100000000, 10},
+	{"13b", "hidden 5120, FFN 13824, 40 layers, 40 heads", {50304, 5120, 40, 13824, 40, 2048}, 1, 1, 100000000, 10},
+	{"20b", "hidden 5120, FFN 20480, 40 layers, 64 heads", {50304, 5120, 64, 20480, 40, 2048}, 1, 1, 100000000, 10},
+};
+#define DEFAULT_PRESET 1
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: dos-train [options]\n"
+		   "Trains the example decoder model (docs/model.md) with the optimizer's updates placed\n"
+		   "by a StarPU scheduling policy. No options: the 'small' model, 500 steps, policy dos.\n\n"
+		   "model:\n"
+		   "  --preset NAME        tiny, small (default), 1b, 7b, 13b, 20b\n"
+		   "  --vocab N --hidden N --heads N --ffn N --layers N --seq-len N   override the shape\n"
+		   "  --checkpoint-activations   keep only layer inputs; recompute in backward\n"
+		   "training:\n"
+		   "  --steps N            optimizer steps\n"
+		   "  --micro-batch N      sequences per micro-batch\n"
+		   "  --accumulate N       micro-batches per step (gradient accumulation)\n"
+		   "  --seed N             weights and data order (default 1234)\n"
+		   "  --data FILE          training text (default: the bundled corpus)\n"
+		   "optimizer (AdamW):\n"
+		   "  --lr X --beta1 X --beta2 X --eps X --weight-decay X   (3e-3, 0.9, 0.95, 1e-8, 0.1)\n"
+		   "  --precision P        fp32 (default), bf16 or fp16 (16-bit working weights and\n"
+		   "                       gradients; fp16 turns dynamic loss scaling on)\n"
+		   "  --loss-scale X       initial dynamic loss scale (fp16 default 65536; 0 = off)\n"
+		   "  --clip X             global gradient-norm clipping (0 = off, default)\n"
+		   "  --subgroup-size N    parameters per optimizer subgroup\n"
+		   "scheduling:\n"
+		   "  --policy NAME        dos (default), all-cpu, stride, resident, or a StarPU policy\n"
+		   "                       (dmda, dmdas, eager, lws, ...); STARPU_SCHED overrides it\n"
+		   "output:\n"
+		   "  --plot FILE.svg      picture of the last iteration (workers, links, GPU memory)\n"
+		   "  --trace DIR          StarPU FxT trace into DIR (convert with starpu_fxt_tool)\n"
+		   "  --simulate NAME      run on a simulated machine of sched/machines/ (h100-pcie5,\n"
+		   "                       a100-pcie4, h200): only in the build against StarPU's SimGrid\n"
+		   "                       variant (build-simgrid/dos-train); times simulated, no losses\n"
+		   "  --dump FILE          write master weights, m, v and working weights (fp32, raw)\n"
+		   "checkpoints (optimizer state, step counters, data order; see graph/checkpoint.h):\n"
+		   "  --checkpoint-dir DIR save into DIR (existing) after the last step; two are kept\n"
+		   "  --checkpoint-every N also every N steps\n"
+		   "  --resume             continue from DIR's latest checkpoint up to --steps in all\n"
+		   "  --quiet              only the summary\n");
+}
+
+static int parse_u64(FILE *err, const char *option, const char *text, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, 0);
+	/* strtoull skips leading white space and then wraps a '-' around: " -1" would be
+	 * 2^64 - 1 (accepted by --seed and --subgroup-size) */
+	const char *first = text;
+	while (isspace((unsigned char)*first))
+		first++;
+	if (errno || end == text || *end || *first == '-' || v < min || v > max) {
+		fprintf(err, "dos-train: --%s = '%s': expected an integer in [%llu, %llu]\n", option, text,
+			(unsigned long long)min, (unsigned long long)max);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_double(FILE *err, const char *option, const char *text, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(text, &end);
+	if (errno || end == text || *end || !isfinite(v)) {
+		fprintf(err, "dos-train: --%s = '%s': expected a finite number\n", option, text);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+/* Whether the shape's parameter count fits 64 bits. dos_model_param_count (graph/model.c)
+ * counts modulo 2^64: a wrapped count sized dos-train's --dump buffers wrongly, and one
+ * wrapped to 0 made the default subgroup size 0, which dos-train divided by. The count of
+ * docs/model.md: per layer d (4d + 2F + 2) (two norms, QKV 3d^2, O d^2, the two MLP
+ * matrices F d), and d (2V + T + 1) for the embeddings, the final norm and the head. The
+ * sizes are below 2^32, so only the products and the last sum can overflow. */
+static bool param_count_fits(const struct dos_model_shape *s)
+{
+	uint64_t d = s->hidden, V = s->vocab, T = s->seq_len, F = s->ffn, L = s->layers;
+	uint64_t layer, layers, rest, total;
+	return !__builtin_mul_overflow(d, 4 * d + 2 * F + 2, &layer) && !__builtin_mul_overflow(layer, L, &layers) &&
+	       !__builtin_mul_overflow(d, 2 * V + T + 1, &rest) && !__builtin_add_overflow(layers, rest, &total);
+}
+
+/* dos_model_param_count's value for a shape whose count fits 64 bits, without its walk
+ * over every layer (--layers 4294967295 took 11 s): a layer adds the same count each time
+ * (model.h), so the count is that of no layers plus layers times that of one. Both are at
+ * most the whole count, so nothing wraps. */
+static uint64_t param_count(const struct dos_model_shape *s)
+{
+	struct dos_model_shape few = *s;
+	few.layers = 0;
+	uint64_t none = dos_model_param_count(&few, NULL);
+	few.layers = 1;
+	uint64_t one = dos_model_param_count(&few, NULL);
+	return none + s->layers * (one - none);
+}
+
+/* getopt_long's codes; options[] is indexed by them, so a name follows its code. */
+enum {
+	O_FIRST = 256,
+	O_PRESET = O_FIRST,
+	O_VOCAB,
+	O_HIDDEN,
+	O_HEADS,
+	O_FFN,
+	O_LAYERS,
+	O_SEQ,
+	O_CKPT,
+	O_STEPS,
+	O_MB,
+	O_ACC,
+	O_SEED,
+	O_DATA,
+	O_LR,
+	O_B1,
+	O_B2,
+	O_EPS,
+	O_WD,
+	O_PREC,
+	O_LS,
+	O_CLIP,
+	O_SUB,
+	O_POLICY,
+	O_PLOT,
+	O_TRACE,
+	O_DUMP,
+	O_QUIET,
+	O_SIMULATE,
+	O_CKPT_DIR,
+	O_CKPT_EVERY,
+	O_RESUME,
+	O_HELP,
+	O_END
+};
+
+#define OPTION(code, name, has_arg) [code - O_FIRST] = {name, has_arg, NULL, code}
+static const struct option options[] = {
+	OPTION(O_PRESET, "preset", 1),
+	OPTION(O_VOCAB, "vocab", 1),
+	OPTION(O_HIDDEN, "hidden", 1),
+	OPTION(O_HEADS, "heads", 1),
+	OPTION(O_FFN, "ffn", 1),
+	OPTION(O_LAYERS, "layers", 1),
+	OPTION(O_SEQ, "seq-len", 1),
+	OPTION(O_CKPT, "checkpoint-activations", 0),
+	OPTION(O_STEPS, "steps", 1),
+	OPTION(O_MB, "micro-batch", 1),
+	OPTION(O_ACC, "accumulate", 1),
+	OPTION(O_SEED, "seed", 1),
+	OPTION(O_DATA, "data", 1),
+	OPTION(O_LR, "lr", 1),
+	OPTION(O_B1, "beta1", 1),
+	OPTION(O_B2, "beta2", 1),
+	OPTION(O_EPS, "eps", 1),
+	OPTION(O_WD, "weight-decay", 1),
+	OPTION(O_PREC, "precision", 1),
+	OPTION(O_LS, "loss-scale", 1),
+	OPTION(O_CLIP, "clip", 1),
+	OPTION(O_SUB, "subgroup-size", 1),
+	OPTION(O_POLICY, "policy", 1),
+	OPTION(O_PLOT, "plot", 1),
+	OPTION(O_TRACE, "trace", 1),
+	OPTION(O_DUMP, "dump", 1),
+	OPTION(O_QUIET, "quiet", 0),
+	OPTION(O_SIMULATE, "simulate", 1),
+	OPTION(O_CKPT_DIR, "checkpoint-dir", 1),
+	OPTION(O_CKPT_EVERY, "checkpoint-every", 1),
+	OPTION(O_RESUME, "resume", 0),
+	OPTION(O_HELP, "help", 0),
+	[O_END - O_FIRST] = {NULL, 0, NULL, 0},
+};
+#undef OPTION
+
+int dos_train_parse_options(int argc, char **argv, struct train_options *out, FILE *err)
+{
+	*out = (struct train_options){
+		.cfg = {.seed = 1234,
+			.opt = {.weight_dtype = DOS_FP32,
+				.grad_dtype = DOS_FP32,
+				.hp = {.mode = DOS_ADAMW,
+				       .lr = 3e-3,
+				       .beta1 = 0.9,
+				       .beta2 = 0.95,
+				       .eps = 1e-8,
+				       .weight_decay = 0.1},
+				.loss_scale_window = 1000}},
+		.preset = &presets[DEFAULT_PRESET],
+		.policy = "dos",
+		.precision = "fp32",
+	};
+	struct dos_train_config *cfg = &out->cfg;
+	/* 0: not given (the preset's value); every option's minimum is 1 */
+	uint64_t shape_override[6] = {0}, steps = 0, micro_batch = 0, accumulation = 0, subgroup = 0;
+	double loss_scale = 0;
+	bool loss_scale_given = false;
+
+	/* glibc's getopt restarts from scratch (also its permutation state) at optind 0; the
+	 * caller may have parsed another command line before */
+	optind = 0;
+	opterr = err == stderr;
+	int c, bad = 0;
+	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		const char *name = c >= O_FIRST && c < O_END ? options[c - O_FIRST].name : "?";
+		switch (c) {
+		case O_PRESET: {
+			out->preset = NULL;
+			for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+				if (!strcmp(optarg, presets[i].name))
+					out->preset = &presets[i];
+			if (!out->preset) {
+				fprintf(err,
+					"dos-train: --preset = '%s': unknown; one of tiny, small, 1b, 7b, 13b, 20b\n",
+					optarg);
+				return TRAIN_OPTIONS_BAD;
+			}
+			break;
+		}
+		case O_VOCAB:
+		case O_HIDDEN:
+		case O_HEADS:
+		case O_FFN:
+		case O_LAYERS:
+		case O_SEQ:
+			bad |= parse_u64(err, name, optarg, 1, UINT32_MAX, &shape_override[c - O_VOCAB]) != 0;
+			break;
+		case O_CKPT:
+			cfg->checkpoint_activations = 1;
+			break;
+		case O_STEPS:
+			bad |= parse_u64(err, name, optarg, 1, UINT64_MAX / 2, &steps) != 0;
+			break;
+		case O_MB:
+			bad |= parse_u64(err, name, optarg, 1, 1u << 20, &micro_batch) != 0;
+			break;
+		case O_ACC:
+			bad |= parse_u64(err, name, optarg, 1, 1u << 20, &accumulation) != 0;
+			break;
+		case O_SEED:
+			bad |= parse_u64(err, name, optarg, 0, UINT64_MAX, &cfg->seed) != 0;
+			break;
+		case O_DATA:
+			cfg->data_path = optarg;
+			break;
+		case O_LR:
+			bad |= parse_double(err, name, optarg, &cfg->opt.hp.lr) != 0;
+			break;
+		case O_B1:
+			bad |= parse_double(err, name, optarg, &cfg->opt.hp.beta1) != 0;
+			break;
+		case O_B2:
+			bad |= parse_double(err, name, optarg, &cfg->opt.hp.beta2) != 0;
+			break;
+		case O_EPS:
+			bad |= parse_double(err, name, optarg, &cfg->opt.hp.eps) != 0;
+			break;
+		case O_WD:
+			bad |= parse_double(err, name, optarg, &cfg->opt.hp.weight_decay) != 0;
+			break;
+		case O_PREC:
+			out->precision = optarg;
+			break;
+		case O_LS:
+			loss_scale_given = true;
+			bad |= parse_double(err, name, optarg, &loss_scale) != 0;
+			break;
+		case O_CLIP:
+			bad |= parse_double(err, name, optarg, &cfg->opt.clip_norm) != 0;
+			break;
+		case O_SUB:
+			bad |= parse_u64(err, name, optarg, 1, UINT64_MAX, &subgroup) != 0;
+			break;
+		case O_POLICY:
+			out->policy = optarg;
+			break;
+		case O_PLOT:
+			out->plot = optarg;
+			break;
+		case O_TRACE:
+			out->trace = optarg;
+			break;
+		case O_DUMP:
+			out->dump = optarg;
+			break;
+		case O_QUIET:
+			out->quiet = 1;
+			break;
+		case O_CKPT_DIR:
+			cfg->checkpoint_dir = optarg;
+			break;
+		case O_CKPT_EVERY:
+			bad |= parse_u64(err, name, optarg, 1, UINT64_MAX / 2, &cfg->checkpoint_every) != 0;
+			break;
+		case O_RESUME:
+			cfg->resume = 1;
+			break;
+		case O_SIMULATE:
+			/* dos-train's SimGrid build applies it before main (simulate_from_command_line) */
+			out->simulate = optarg;
+			break;
+		case O_HELP:
+			usage(stdout);
+			return TRAIN_OPTIONS_HELP;
+		default: /* '?': getopt_long has said what (on stderr) */
+			usage(err);
+			return TRAIN_OPTIONS_BAD;
+		}
+	}
+	if (optind < argc) {
+		fprintf(err, "dos-train: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return TRAIN_OPTIONS_BAD;
+	}
+	if (!bad && (cfg->resume || cfg->checkpoint_every) && !cfg->checkpoint_dir) {
+		fprintf(err, "dos-train: --resume and --checkpoint-every need --checkpoint-dir\n");
+		bad = 1;
+	}
+	if (bad)
+		return TRAIN_OPTIONS_BAD;
+
+	const struct train_preset *preset = out->preset;
+	cfg->shape = preset->shape;
+	uint32_t *fields[] = {&cfg->shape.vocab, &cfg->shape.hidden, &cfg->shape.heads,
+			      &cfg->shape.ffn,   &cfg->shape.layers, &cfg->shape.seq_len};
+	for (int i = 0; i < 6; i++)
+		if (shape_override[i])
+			*fields[i] = (uint32_t)shape_override[i];
+	if (!param_count_fits(&cfg->shape)) {
+		const struct dos_model_shape *s = &cfg->shape;
+		fprintf(err,
+			"dos-train: the model (V %u, hidden %u, heads %u, FFN %u, layers %u, seq %u) has 2^64 "
+			"parameters or more\n",
+			s->vocab, s->hidden, s->heads, s->ffn, s->layers, s->seq_len);
+		return TRAIN_OPTIONS_BAD;
+	}
+	cfg->micro_batch = micro_batch ? (uint32_t)micro_batch : preset->micro_batch;
+	cfg->accumulation = accumulation ? (uint32_t)accumulation : preset->accumulation;
+	cfg->steps = steps ? steps : preset->steps;
+	out->params = param_count(&cfg->shape);
+	uint64_t preset_subgroup = preset->subgroup_size < out->params ? preset->subgroup_size : out->params;
+	cfg->opt.subgroup_size = subgroup ? subgroup : preset_subgroup;
+	if (!strcmp(out->precision, "fp32"))
+		cfg->opt.weight_dtype = DOS_FP32;
+	else if (!strcmp(out->precision, "bf16"))
+		cfg->opt.weight_dtype = DOS_BF16;
+	else if (!strcmp(out->precision, "fp16"))
+		cfg->opt.weight_dtype = DOS_FP16;
+	else {
+		fprintf(err, "dos-train: --precision = '%s': one of fp32, bf16, fp16\n", out->precision);
+		return TRAIN_OPTIONS_BAD;
+	}
+	cfg->opt.grad_dtype = cfg->opt.weight_dtype;
+	if (!loss_scale_given)
+		loss_scale = cfg->opt.weight_dtype == DOS_FP16 ? 65536 : 0;
+	/* negative ones too: an explicit --loss-scale -5 does not mean "not given" */
+	if (loss_scale < 0 || (loss_scale > 0 && loss_scale < 1)) {
+		fprintf(err, "dos-train: --loss-scale = %g: must be 0 (off) or >= 1\n", loss_scale);
+		return TRAIN_OPTIONS_BAD;
+	}
+	cfg->opt.dynamic_loss_scale = loss_scale > 0;
+	cfg->opt.loss_scale_init = loss_scale;
+	return TRAIN_OPTIONS_RUN;
+}
