@@ -83,10 +83,10 @@ awk -v f="$first" -v l="$last" -v m="$margin" 'BEGIN { exit !(l <= f - m) }' ||
 echo "the default run trains: mean loss $first -> $last (required drop $margin)"
 
 # ---- 3. updates overlap backward ---------------------------------------------------------
-overlap=$(sed -n 's/.*; \([0-9]*\) of them started while backward was still running/\1/p' "$work/default.log")
+overlap=$(sed -n 's/.*; \([0-9]*\) of those of the first [0-9]* steps started while backward was still running/\1/p' "$work/default.log")
 [ -n "$overlap" ] && [ "$overlap" -gt 0 ] || fail "no update overlapped backward in the default run ('$overlap')"
 $train --preset tiny --steps 5 --clip 1.0 --quiet >"$work/clip.log" 2>&1 || fail "the clipped run failed"
-grep -q '; 0 of them started while backward was still running' "$work/clip.log" ||
+grep -q '; 0 of those of the first [0-9]* steps started while backward was still running' "$work/clip.log" ||
 	fail "with clipping, updates started before backward ended: $(grep 'subgroup updates' "$work/clip.log")"
 echo "updates overlap backward: $overlap updates without clipping, none with clipping (the barrier)"
 
