@@ -115,20 +115,28 @@ static int check_state_finite(const struct dos_optimizer *opt, uint64_t steps_do
 	return 0;
 }
 
-static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model, struct dos_optimizer *opt,
-			   const struct dos_corpus *corpus, uint64_t steps_done)
+/* Brings every subgroup's master, m and v home and holds them readable there (hold = 1:
+ * waits for the updates submitted so far), or lets them go again (hold = 0). */
+static void hold_state_home(const struct dos_optimizer *opt, int hold)
 {
 	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
 	for (int i = 0; i < 3; i++)
 		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
-			starpu_data_acquire(state[i][s], STARPU_R);
+			if (hold)
+				starpu_data_acquire(state[i][s], STARPU_R);
+			else
+				starpu_data_release(state[i][s]);
+}
+
+static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model, struct dos_optimizer *opt,
+			   const struct dos_corpus *corpus, uint64_t steps_done)
+{
+	hold_state_home(opt, 1);
 	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, steps_done);
 	int err = check_state_finite(opt, steps_done);
 	if (!err)
 		err = dos_checkpoint_save(cfg->checkpoint_dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
-	for (int i = 0; i < 3; i++)
-		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
-			starpu_data_release(state[i][s]);
+	hold_state_home(opt, 0);
 	return err;
 }
 
@@ -285,14 +293,9 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 			if (loss_slots[i][a])
 				starpu_data_unregister(loss_slots[i][a]);
 	if (!err && DOS_VALUES_ARE_REAL) { /* the final state, once home */
-		starpu_data_handle_t *state[] = {opt.master_h, opt.m_h, opt.v_h};
-		for (int i = 0; i < 3; i++)
-			for (uint32_t s = 0; s < opt.map.nsubgroups; s++)
-				starpu_data_acquire(state[i][s], STARPU_R);
+		hold_state_home(&opt, 1);
 		err = check_state_finite(&opt, cfg->steps);
-		for (int i = 0; i < 3; i++)
-			for (uint32_t s = 0; s < opt.map.nsubgroups; s++)
-				starpu_data_release(state[i][s]);
+		hold_state_home(&opt, 0);
 	}
 	if (out) {
 		out->seconds = now_seconds() - start;
