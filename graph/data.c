@@ -71,3 +71,9 @@ int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len,
 				     STARPU_CL_ARGS, starts, nseq * sizeof *starts, STARPU_SCHED_CTX, sched_ctx, 0);
 	return err ? DOS_FAIL(err, "submitting the batch task failed (%d)", err) : 0;
 }
+
+void dos_corpus_skip_batch(struct dos_corpus *c, uint32_t nseq)
+{
+	for (uint32_t s = 0; s < nseq; s++)
+		(void)dos_splitmix64(&c->rng);
+}

@@ -38,4 +38,8 @@ void dos_corpus_free(struct dos_corpus *c);
 int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
 			  starpu_data_handle_t *ids, starpu_data_handle_t *targets);
 
+/* Advances the batch order past a micro-batch of `nseq` sequences another rank of a
+ * data-parallel job draws: every rank keeps the same generator state. */
+void dos_corpus_skip_batch(struct dos_corpus *c, uint32_t nseq);
+
 #endif /* DOS_DATA_H */

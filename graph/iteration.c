@@ -36,6 +36,10 @@ static int check_config(const struct dos_optimizer_config *c)
 	    (!(c->loss_scale_init >= 1) || !isfinite(c->loss_scale_init) || c->loss_scale_window == 0))
 		return DOS_FAIL(-EINVAL, "loss scaling needs loss_scale_init >= 1 (got %g) and a window > 0 (got %u)",
 				c->loss_scale_init, c->loss_scale_window);
+	if (c->dp.nranks < 0 || c->dp.rank < 0 || c->dp.rank >= dos_dp_size(&c->dp))
+		return DOS_FAIL(-EINVAL, "dp.rank = %d is not a rank of a job of %d", c->dp.rank, c->dp.nranks);
+	if (dos_dp_size(&c->dp) > 1 && !dos_dp_available())
+		return DOS_FAIL(-EINVAL, "dp.nranks = %d: this starpu-dos was built without StarPU-MPI", c->dp.nranks);
 	return 0;
 }
 
@@ -63,32 +67,41 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
 	uint64_t P = opt->map.nparams;
 	uint32_t N = opt->map.nsubgroups;
 	int sixteen = cfg->weight_dtype != DOS_FP32;
-	if (dos_host_alloc((void **)&opt->master, P * sizeof(float)) ||
-	    dos_host_alloc((void **)&opt->m, P * sizeof(float)) || dos_host_alloc((void **)&opt->v, P * sizeof(float)))
+	dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, N, &opt->own_first, &opt->own_end);
+	opt->state_begin = (uint64_t)opt->own_first * cfg->subgroup_size;
+	opt->state_len = opt->own_end > opt->own_first ? (opt->own_end == N ? P : (uint64_t)opt->own_end * cfg->subgroup_size) -
+								 opt->state_begin
+						       : 0;
+	uint64_t L = opt->state_len;
+	if (dos_host_alloc((void **)&opt->master, L * sizeof(float)) ||
+	    dos_host_alloc((void **)&opt->m, L * sizeof(float)) || dos_host_alloc((void **)&opt->v, L * sizeof(float)))
 		goto no_memory;
 	starpu_data_handle_t **arrays[] = {&opt->master_h, &opt->m_h,        &opt->v_h,
 					   &opt->grad_h,   &opt->weight16_h, &opt->stats_h};
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
 		if (!(*arrays[i] = calloc(N, sizeof(starpu_data_handle_t))))
 			goto no_memory;
-	if (DOS_VALUES_ARE_REAL) {
-		memcpy(opt->master, initial, P * sizeof(float));
-		memset(opt->m, 0, P * sizeof(float));
-		memset(opt->v, 0, P * sizeof(float));
+	if (DOS_VALUES_ARE_REAL && L) {
+		memcpy(opt->master, initial + opt->state_begin, L * sizeof(float));
+		memset(opt->m, 0, L * sizeof(float));
+		memset(opt->v, 0, L * sizeof(float));
 	}
 	/* the copies between tensors and subgroups run where the tensors live: on the GPU
 	 * when there is one (the gradients come from backward there, the weights go to
 	 * forward there) */
 	opt->copies_on_gpu = starpu_cuda_worker_get_count() > 0;
 	for (uint32_t s = 0; s < N; s++) {
-		uint64_t begin = (uint64_t)s * cfg->subgroup_size;
+		uint64_t begin = (uint64_t)s * cfg->subgroup_size - opt->state_begin;
 		uint32_t len = (uint32_t)dos_subgroup_len(&opt->map, s);
-		starpu_vector_data_register(&opt->master_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->master + begin), len,
-					    sizeof(float));
-		starpu_vector_data_register(&opt->m_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->m + begin), len,
-					    sizeof(float));
-		starpu_vector_data_register(&opt->v_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->v + begin), len,
-					    sizeof(float));
+		if (s >= opt->own_first && s < opt->own_end) { /* ours: the state lives here */
+			starpu_vector_data_register(&opt->master_h[s], STARPU_MAIN_RAM,
+						    (uintptr_t)(opt->master + begin), len, sizeof(float));
+			starpu_vector_data_register(&opt->m_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->m + begin), len,
+						    sizeof(float));
+			starpu_vector_data_register(&opt->v_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->v + begin), len,
+						    sizeof(float));
+		} else if (!sixteen) /* receives the owner's updated weights */
+			starpu_vector_data_register(&opt->master_h[s], -1, 0, len, sizeof(float));
 		starpu_vector_data_register(&opt->grad_h[s], -1, 0, len, dos_dtype_size(cfg->grad_dtype));
 		if (sixteen)
 			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
@@ -112,12 +125,18 @@ void dos_optimizer_destroy(struct dos_optimizer *opt)
 				starpu_data_unregister(arrays[i][s]);
 		free(arrays[i]);
 	}
-	uint64_t bytes = opt->map.nparams * sizeof(float);
+	uint64_t bytes = opt->state_len * sizeof(float);
 	dos_host_free(opt->master, bytes);
 	dos_host_free(opt->m, bytes);
 	dos_host_free(opt->v, bytes);
 	dos_subgroup_map_free(&opt->map);
 	*opt = (struct dos_optimizer){0};
+}
+
+/* What subgroup s's refresh reads: its 16-bit weights, or in fp32 its master weights. */
+static starpu_data_handle_t updated_weights(const struct dos_optimizer *opt, uint32_t s)
+{
+	return opt->cfg.weight_dtype != DOS_FP32 ? opt->weight16_h[s] : opt->master_h[s];
 }
 
 /* Subgroup s's gradient from the tensor gradients its pieces lie in. */
@@ -149,12 +168,11 @@ static void submit_refresh(struct dos_optimizer *opt, uint32_t t)
 {
 	const struct dos_subgroup_map *map = &opt->map;
 	uint32_t first = map->tensor_first[t], count = map->tensor_first[t + 1] - first;
-	int sixteen = opt->cfg.weight_dtype != DOS_FP32;
 	starpu_data_handle_t sources[count];
 	struct dos_flat_piece pieces[count];
 	for (uint32_t k = 0; k < count; k++) {
 		const struct dos_piece *p = &map->pieces[first + k];
-		sources[k] = sixteen ? opt->weight16_h[p->subgroup] : opt->master_h[p->subgroup];
+		sources[k] = updated_weights(opt, p->subgroup);
 		pieces[k] = (struct dos_flat_piece){.source = k,
 						    .source_offset = p->subgroup_offset,
 						    .destination_offset = p->tensor_offset,
@@ -169,17 +187,61 @@ static void submit_refresh(struct dos_optimizer *opt, uint32_t t)
 	submit_task(opt, task);
 }
 
-/* The global statistics (sum of squares, overflow) in subgroup order: the same bits
- * wherever each subgroup's statistics were computed. */
-static int global_stats(struct dos_optimizer *opt, double *sum_sq, uint32_t *overflow_subgroup)
+/* Every subgroup's gradient where its state is: one process gathers them all; in a
+ * data-parallel job the last rank of the gradient chain holds the summed tensor gradients,
+ * gathers every subgroup and sends each to its owner. */
+static void submit_gradients(struct dos_optimizer *opt)
 {
+	const struct dos_data_parallel *dp = &opt->cfg.dp;
+	uint32_t N = opt->map.nsubgroups;
+	int last = dos_dp_size(dp) - 1;
+	for (uint32_t s = 0; s < N; s++) {
+		int owner = dos_dp_owner(dp, N, s);
+		if (dp->rank == last) {
+			submit_gather(opt, s);
+			if (owner != last)
+				dos_dp_send(opt->grad_h[s], owner, DOS_DP_SUBGROUP_GRAD, s);
+		} else if (owner == dp->rank)
+			dos_dp_recv(opt->grad_h[s], last, DOS_DP_SUBGROUP_GRAD, s);
+	}
+}
+
+/* The owner's updated weights of every subgroup, on every rank. */
+static void exchange_weights(struct dos_optimizer *opt)
+{
+	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
 	for (uint32_t s = 0; s < N; s++) {
+		int owner = dos_dp_owner(dp, N, s);
+		if (owner != dp->rank)
+			dos_dp_recv(updated_weights(opt, s), owner, DOS_DP_WEIGHTS, s);
+		else
+			for (int r = 0; r < dos_dp_size(dp); r++)
+				if (r != owner)
+					dos_dp_send(updated_weights(opt, s), r, DOS_DP_WEIGHTS, s);
+	}
+}
+
+/* The global statistics (sum of squares, overflow) in subgroup order: the same bits
+ * wherever each subgroup's statistics were computed, and on every rank. */
+static int global_stats(struct dos_optimizer *opt, double *sum_sq, uint32_t *overflow_subgroup)
+{
+	const struct dos_data_parallel *dp = &opt->cfg.dp;
+	uint32_t N = opt->map.nsubgroups;
+	for (uint32_t s = 0; s < N; s++) {
+		int owner = dos_dp_owner(dp, N, s);
+		if (owner != dp->rank) {
+			dos_dp_recv(opt->stats_h[s], owner, DOS_DP_STATS, s);
+			continue;
+		}
 		struct starpu_task *task;
 		int err = dos_grad_stats_task_create(opt->grad_h[s], opt->cfg.grad_dtype, opt->stats_h[s], &task);
 		if (err)
 			return err;
 		submit_task(opt, task);
+		for (int r = 0; r < dos_dp_size(dp); r++)
+			if (r != owner)
+				dos_dp_send(opt->stats_h[s], r, DOS_DP_STATS, s);
 	}
 	*sum_sq = 0;
 	*overflow_subgroup = UINT32_MAX;
@@ -201,11 +263,9 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	if (!opt || !opt->master_h || !report)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, report %p)", (void *)opt, (void *)report);
 	const struct dos_optimizer_config *c = &opt->cfg;
-	uint32_t N = opt->map.nsubgroups;
 	*report = (struct dos_step_report){
 		.applied = 1, .grad_norm = -1, .loss_scale_used = opt->loss_scale, .overflow_subgroup = UINT32_MAX};
-	for (uint32_t s = 0; s < N; s++)
-		submit_gather(opt, s);
+	submit_gradients(opt);
 
 	double multiplier = 1.0 / opt->loss_scale;
 	if (c->clip_norm > 0 || c->dynamic_loss_scale) {
@@ -237,7 +297,7 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	int err = dos_adam_step_init(&step, &c->hp, opt->step + 1, multiplier);
 	if (err)
 		return err;
-	for (uint32_t s = 0; s < N; s++) {
+	for (uint32_t s = opt->own_first; s < opt->own_end; s++) {
 		struct starpu_task *task;
 		err = dos_adam_task_create(&step, opt->master_h[s], opt->m_h[s], opt->v_h[s], opt->grad_h[s],
 					   c->grad_dtype, c->weight_dtype != DOS_FP32 ? opt->weight16_h[s] : NULL,
@@ -247,6 +307,8 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 		submit_task(opt, task);
 	}
 	opt->step++;
+	if (dos_dp_size(&c->dp) > 1)
+		exchange_weights(opt);
 	for (uint32_t t = 0; t < opt->map.ntensors; t++)
 		submit_refresh(opt, t);
 	return 0;

@@ -19,6 +19,7 @@
 #include <starpu.h>
 
 #include "dos.h"
+#include "data_parallel.h"
 #include "model.h"
 #include "subgroups.h"
 
@@ -34,13 +35,23 @@ struct dos_optimizer_config {
 	double loss_scale_init;     /* dynamic: initial scale (e.g. 65536); else ignored (1) */
 	uint32_t loss_scale_window; /* dynamic: steps without overflow before the scale doubles */
 	unsigned sched_ctx;
+	/* data parallelism (data_parallel.h): this rank keeps the state of its own subgroups
+	 * only; zero: a single process */
+	struct dos_data_parallel dp;
 };
 
 struct dos_optimizer {
 	struct dos_optimizer_config cfg;
 	struct dos_subgroup_map map;
-	float *master, *m, *v;                                                      /* flat, pinned (starpu_malloc) */
-	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h; /* per subgroup */
+	/* this rank's subgroups [own_first, own_end), whose state it keeps: the parameters
+	 * [state_begin, state_begin + state_len) of the flat space (all of them in a single
+	 * process); master, m and v hold that range (pinned, starpu_malloc) */
+	uint32_t own_first, own_end;
+	uint64_t state_begin, state_len;
+	float *master, *m, *v;
+	/* per subgroup; m_h and v_h are NULL for subgroups of other ranks, and so is master_h
+	 * in 16-bit precision (in fp32 it receives the owner's updated weights) */
+	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h;
 	starpu_data_handle_t *tensor_weight, *tensor_grad;                          /* not owned */
 	uint64_t step;                                                              /* updates applied so far */
 	uint64_t skipped_steps;                                                     /* steps dropped for overflow */

@@ -21,7 +21,7 @@ static double now_seconds(void)
 
 /* The losses of one submitted step, read later. */
 struct pending_step {
-	starpu_data_handle_t *loss; /* [accumulation] */
+	starpu_data_handle_t *loss; /* [micro-batches of the global batch] on rank 0, else none */
 	struct dos_step_report report;
 	uint64_t step;
 };
@@ -43,16 +43,17 @@ static double collect_loss(struct pending_step *p, uint32_t accumulation, uint32
 	return sum / ((double)tokens * accumulation);
 }
 
-/* Copies a flat array whose slices are the `n` handles (homed in it) into `to`, after
- * bringing every slice home. */
-static void copy_home(starpu_data_handle_t *h, uint32_t n, const float *flat, float *to, uint64_t count)
+/* Copies a flat array whose slices are the handles [first, end) (homed in it) into `to`,
+ * after bringing every slice home. */
+static void copy_home(starpu_data_handle_t *h, uint32_t first, uint32_t end, const float *flat, float *to,
+		      uint64_t count)
 {
 	if (!to || !DOS_VALUES_ARE_REAL)
 		return;
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = first; i < end; i++)
 		starpu_data_acquire(h[i], STARPU_R);
 	memcpy(to, flat, count * sizeof(float));
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = first; i < end; i++)
 		starpu_data_release(h[i]);
 }
 
@@ -104,14 +105,16 @@ static int check_state_finite(const struct dos_optimizer *opt, uint64_t steps_do
 	const float *arrays[] = {opt->master, opt->m, opt->v};
 	const char *names[] = {"master weight", "Adam m", "Adam v"};
 	for (int a = 0; a < 3; a++)
-		for (uint64_t i = 0; i < opt->map.nparams; i++)
-			if (!isfinite(arrays[a][i]))
-				return DOS_FAIL(
-					-ERANGE,
-					"after step %llu the optimizer state is not finite: %s of parameter %llu "
-					"(subgroup %llu) is %g; not saved, training stopped",
-					(unsigned long long)steps_done, names[a], (unsigned long long)i,
-					(unsigned long long)(i / opt->map.subgroup_size), (double)arrays[a][i]);
+		for (uint64_t i = 0; i < opt->state_len; i++)
+			if (!isfinite(arrays[a][i])) {
+				uint64_t param = opt->state_begin + i;
+				return DOS_FAIL(-ERANGE,
+						"after step %llu the optimizer state is not finite: %s of parameter "
+						"%llu (subgroup %llu) is %g; not saved, training stopped",
+						(unsigned long long)steps_done, names[a], (unsigned long long)param,
+						(unsigned long long)(param / opt->map.subgroup_size),
+						(double)arrays[a][i]);
+			}
 	return 0;
 }
 
@@ -121,7 +124,7 @@ static void hold_state_home(const struct dos_optimizer *opt, int hold)
 {
 	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
 	for (int i = 0; i < 3; i++)
-		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
+		for (uint32_t s = opt->own_first; s < opt->own_end; s++)
 			if (hold)
 				starpu_data_acquire(state[i][s], STARPU_R);
 			else
@@ -214,6 +217,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	model.hook_arg = cfg->hook_arg;
 	struct dos_optimizer_config oc = cfg->opt;
 	oc.sched_ctx = cfg->sched_ctx;
+	oc.dp = cfg->dp;
 	if ((err = dos_optimizer_create(&opt, &oc, model.ntensors, model.numel, model.weight, model.grad,
 					model.weights))) {
 		dos_model_destroy(&model);
@@ -234,7 +238,11 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	}
 	if (out)
 		out->resumed_from = first_step;
-	uint32_t A = cfg->accumulation, tokens = cfg->micro_batch * cfg->shape.seq_len;
+	/* the global batch: micro-batches [first_mb, first_mb + accumulation) are this rank's */
+	const struct dos_data_parallel *dp = &cfg->dp;
+	int ranks = dos_dp_size(dp), reporter = dp->rank == 0;
+	uint32_t A = cfg->accumulation * (uint32_t)ranks, first_mb = cfg->accumulation * (uint32_t)dp->rank;
+	uint32_t tokens = cfg->micro_batch * cfg->shape.seq_len, nloss = reporter ? A : 0;
 	starpu_data_handle_t loss_slots[2][A];
 	memset(loss_slots, 0, sizeof loss_slots);
 	struct pending_step pending[2] = {{.loss = loss_slots[0]}, {.loss = loss_slots[1]}};
@@ -249,15 +257,38 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		/* the loss gradient carries 1/(tokens * A) (a mean over the step's tokens) and
 		 * the loss scale */
 		float grad_scale = (float)(opt.loss_scale / ((double)tokens * A));
-		for (uint32_t a = 0; a < A && !err; a++) {
-			starpu_data_handle_t ids, targets;
+		/* the sum of the gradients of the micro-batches before ours, which ours add to */
+		if (first_mb > 0)
+			for (uint32_t t = 0; t < model.ntensors; t++)
+				dos_dp_recv(model.grad[t], dp->rank - 1, DOS_DP_TENSOR_GRAD, t);
+		for (uint32_t g = 0; g < A && !err; g++) {
+			uint64_t loss_tag = g + (uint64_t)A * (k % 2);
+			if (g < first_mb || g >= first_mb + cfg->accumulation) {
+				dos_corpus_skip_batch(&corpus, cfg->micro_batch);
+				if (reporter) { /* another rank's micro-batch: its losses come here */
+					starpu_vector_data_register(&p->loss[g], -1, 0, tokens, sizeof(float));
+					dos_dp_recv(p->loss[g], (int)(g / cfg->accumulation), DOS_DP_LOSS, loss_tag);
+				}
+				continue;
+			}
+			starpu_data_handle_t ids, targets, loss;
 			if ((err = dos_corpus_next_batch(&corpus, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx,
 							 &ids, &targets)))
 				break;
-			err = dos_model_submit_microbatch(&model, ids, targets, grad_scale, a > 0, &p->loss[a]);
+			if ((err = dos_model_submit_microbatch(&model, ids, targets, grad_scale, g > 0, &loss)))
+				break;
+			if (reporter)
+				p->loss[g] = loss;
+			else {
+				dos_dp_send(loss, 0, DOS_DP_LOSS, loss_tag);
+				starpu_data_unregister_submit(loss);
+			}
 		}
 		if (err)
 			break;
+		if (first_mb + cfg->accumulation < A)
+			for (uint32_t t = 0; t < model.ntensors; t++)
+				dos_dp_send(model.grad[t], dp->rank + 1, DOS_DP_TENSOR_GRAD, t);
 		p->step = k + 1;
 		if ((err = dos_optimizer_submit_step(&opt, &p->report)))
 			break;
@@ -266,7 +297,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		    (err = save_checkpoint(cfg, &model, &opt, &corpus, k + 1)))
 			break;
 		/* report the previous step while this one runs */
-		for (int last = 0; last <= (k + 1 == cfg->steps); last++) {
+		for (int last = 0; reporter && last <= (k + 1 == cfg->steps); last++) {
 			struct pending_step *q = last ? p : &pending[(k + 1) % 2];
 			if (!last && !have_pending)
 				continue;
@@ -289,7 +320,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	}
 	starpu_task_wait_for_all();
 	for (int i = 0; i < 2; i++) /* left by an error */
-		for (uint32_t a = 0; a < A; a++)
+		for (uint32_t a = 0; a < nloss; a++)
 			if (loss_slots[i][a])
 				starpu_data_unregister(loss_slots[i][a]);
 	if (!err && DOS_VALUES_ARE_REAL) { /* the final state, once home */
@@ -300,10 +331,14 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	if (out) {
 		out->seconds = now_seconds() - start;
 		out->skipped_steps = opt.skipped_steps;
-		copy_home(opt.master_h, opt.map.nsubgroups, opt.master, out->master, params);
-		copy_home(opt.m_h, opt.map.nsubgroups, opt.m, out->m, params);
-		copy_home(opt.v_h, opt.map.nsubgroups, opt.v, out->v, params);
-		copy_home(model.weight, model.ntensors, model.weights, out->weights, params);
+		out->state_begin = opt.state_begin;
+		out->state_len = opt.state_len;
+		uint32_t f = opt.own_first, e = opt.own_end;
+		uint64_t b = opt.state_begin, n = opt.state_len;
+		copy_home(opt.master_h, f, e, opt.master, out->master ? out->master + b : NULL, n);
+		copy_home(opt.m_h, f, e, opt.m, out->m ? out->m + b : NULL, n);
+		copy_home(opt.v_h, f, e, opt.v, out->v ? out->v + b : NULL, n);
+		copy_home(model.weight, 0, model.ntensors, model.weights, out->weights, params);
 	}
 	dos_optimizer_destroy(&opt);
 	dos_model_destroy(&model);

@@ -20,12 +20,17 @@ struct dos_train_progress {
 struct dos_train_config {
 	struct dos_model_shape shape;
 	uint32_t micro_batch;  /* sequences per micro-batch */
-	uint32_t accumulation; /* micro-batches per step */
+	uint32_t accumulation; /* micro-batches per step and rank */
 	uint64_t steps, seed;
 	int checkpoint_activations;
 	const char *data_path;
 	struct dos_optimizer_config opt;
 	unsigned sched_ctx;
+	/* a data-parallel job (graph/data_parallel.h): the global batch of a step is
+	 * accumulation micro-batches on each rank, rank r taking the r-th share of the batch
+	 * order; the result is the same bits as one process accumulating the global batch.
+	 * Losses and on_step are rank 0's; zero: a single process */
+	struct dos_data_parallel dp;
 	/* optional checkpoints (graph/checkpoint.h) in this existing directory: every
 	 * checkpoint_every steps (0: only after the last step), the two latest kept; with
 	 * resume, the run continues from the latest one there (steps counts from the start
@@ -47,8 +52,10 @@ struct dos_train_config {
 
 /* Optional outputs, each NULL or an array of the stated size. */
 struct dos_train_output {
-	double *losses;                  /* [steps] */
-	float *master, *m, *v, *weights; /* [nparams] each, after the last step */
+	double *losses;                  /* [steps] (rank 0) */
+	float *master, *m, *v, *weights; /* [nparams] each, after the last step; master, m and v
+					  * only in [state_begin, state_begin + state_len) */
+	uint64_t state_begin, state_len; /* the parameters whose state this rank keeps */
 	uint64_t skipped_steps;
 	double seconds;
 	uint64_t resumed_from; /* steps already done by the checkpoint resumed from (0: none) */

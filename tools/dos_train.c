@@ -3,6 +3,7 @@
  * progress and ending with a summary. With no arguments it trains the default small model
  * for a few hundred steps; see --help. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -300,26 +301,65 @@ static const char *default_data_path(void)
 	return DOS_DATA_DIR "/corpus.txt";
 }
 
-static int write_dump(const char *path, const struct dos_train_output *out, uint64_t params)
+/* The final master, m, v and working weights, params floats each, one after the other.
+ * In a data-parallel job every rank writes the state it keeps into the same file (rank 0
+ * creates it and writes the weights), so the file is the one a single process writes. */
+static int write_dump(const char *path, const struct dos_train_output *out, uint64_t params,
+		      const struct dos_data_parallel *dp)
 {
 	char tmp[4096];
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	FILE *f = fopen(tmp, "wb");
-	if (!f) {
-		fprintf(stderr, "dos-train: --dump %s: %s\n", path, strerror(errno));
-		return -errno;
-	}
+	int fd = dp->rank == 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
+	int ok = dp->rank != 0 || fd >= 0;
+	if (!ok)
+		fprintf(stderr, "dos-train: --dump %s: %s\n", tmp, strerror(errno));
+	dos_dp_barrier(); /* the file exists before the other ranks open it */
+	if (dp->rank != 0)
+		ok = (fd = open(tmp, O_WRONLY)) >= 0;
 	const float *arrays[] = {out->master, out->m, out->v, out->weights};
-	int ok = 1;
-	for (int i = 0; i < 4; i++)
-		ok &= fwrite(arrays[i], sizeof(float), params, f) == params;
-	ok &= fclose(f) == 0;
-	if (!ok || rename(tmp, path) != 0) {
+	for (int i = 0; i < 4 && ok; i++) {
+		uint64_t begin = i < 3 ? out->state_begin : 0, count = i < 3 ? out->state_len : params;
+		if (i == 3 && dp->rank != 0)
+			break;
+		size_t bytes = count * sizeof(float);
+		ok = pwrite(fd, arrays[i] + begin, bytes, (off_t)((i * params + begin) * sizeof(float))) ==
+		     (ssize_t)bytes;
+	}
+	if (fd >= 0)
+		ok &= close(fd) == 0;
+	ok = dos_dp_sum(ok) == dos_dp_size(dp); /* every rank wrote its part */
+	if (dp->rank == 0 && (!ok || rename(tmp, path) != 0)) {
 		fprintf(stderr, "dos-train: --dump %s: writing failed\n", path);
 		unlink(tmp);
 		return -EIO;
 	}
-	return 0;
+	return ok ? 0 : -EIO;
+}
+
+/* In a data-parallel job, each rank's line: its subgroups and the share of the optimizer
+ * state (fp32 master, m, v: 12 bytes per parameter) it keeps. */
+static void print_rank_share(const struct dos_train_config *cfg, uint64_t params, unsigned ncpu, unsigned ncuda)
+{
+	uint64_t size = cfg->opt.subgroup_size, nsub = (params + size - 1) / size;
+	uint32_t first, end;
+	dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, (uint32_t)nsub, &first, &end);
+	uint64_t begin = first * size, stop = end == nsub ? params : end * size, mine = stop > begin ? stop - begin : 0;
+	char host[256] = "?";
+	gethostname(host, sizeof host - 1);
+	printf("dos-train: rank %d of %d on %s (%u CPU + %u CUDA workers): subgroups [%u, %u), optimizer state "
+	       "%.1f MiB of %.1f MiB (%.3f of it)\n",
+	       cfg->dp.rank, cfg->dp.nranks, host, ncpu, ncuda, first, end, 12.0 * mine / 1048576,
+	       12.0 * params / 1048576, (double)mine / params);
+	fflush(stdout);
+}
+
+/* StarPU's (and, in a data-parallel job, MPI's) end. */
+static void shutdown_runtime(const struct dos_data_parallel *dp)
+{
+	if (dp->nranks > 0)
+		dos_dp_shutdown();
+	else
+		starpu_shutdown();
 }
 
 int main(int argc, char **argv)
@@ -382,12 +422,22 @@ int main(int argc, char **argv)
 		conf.sched_policy = ours;
 	else
 		conf.sched_policy_name = policy;
-	int err = starpu_init(&conf);
+	/* under mpirun or srun: a data-parallel job over StarPU-MPI, one rank per process */
+	int err, launched = !simulate && dos_dp_launched();
+	if (launched && !dos_dp_available()) {
+		fprintf(stderr, "dos-train: launched by mpirun or srun, but built without StarPU-MPI: each process "
+				"would train alone; rebuild with MPI (configure --with-mpi)\n");
+		return 2;
+	}
+	err = launched ? dos_dp_init(&argc, &argv, &conf, &cfg.dp) : starpu_init(&conf);
 	if (err) {
-		fprintf(stderr, "dos-train: starpu_init failed (%d)%s\n", err,
+		fprintf(stderr, "dos-train: %s failed (%d)%s\n", launched ? "starpu_mpi_init_conf" : "starpu_init", err,
 			ours ? "" : " (is --policy a StarPU policy name?)");
 		return 1;
 	}
+	int reporter = cfg.dp.rank == 0;
+	if (!reporter) /* one voice: rank 0 reports the job; the others say only what is theirs */
+		quiet = 1;
 	starpu_cublas_init();
 	const char *env_policy = getenv("STARPU_SCHED");
 	const char *effective = env_policy && *env_policy ? env_policy : policy;
@@ -402,7 +452,7 @@ int main(int argc, char **argv)
 				"dos-train: --policy = '%s': not one of ours (dos, all-cpu, stride, resident) "
 				"nor a StarPU policy\n",
 				policy);
-			starpu_shutdown();
+			shutdown_runtime(&cfg.dp);
 			return 2;
 		}
 	}
@@ -411,7 +461,7 @@ int main(int argc, char **argv)
 	starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
 	if (plot && (err = dos_timeline_create(&acc.timeline))) {
 		fprintf(stderr, "dos-train: --plot: cannot record the timeline (%d)\n", err);
-		starpu_shutdown();
+		shutdown_runtime(&cfg.dp);
 		return 1;
 	}
 	struct progress pr = {.tty = isatty(STDOUT_FILENO), .quiet = quiet};
@@ -429,7 +479,7 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 4; i++)
 			if (!(*arrays[i] = malloc(params * sizeof(float)))) {
 				fprintf(stderr, "dos-train: no memory for --dump\n");
-				starpu_shutdown();
+				shutdown_runtime(&cfg.dp);
 				return 1;
 			}
 	}
@@ -442,10 +492,16 @@ int main(int argc, char **argv)
 	       cfg.shape.seq_len, params / 1e6,
 	       (unsigned long long)((params + cfg.opt.subgroup_size - 1) / cfg.opt.subgroup_size),
 	       (unsigned long long)cfg.opt.subgroup_size);
-	printf("dos-train: %llu steps of %u x %u sequences, %s, policy %s, %u CPU + %u CUDA workers, data %s\n",
-	       (unsigned long long)cfg.steps, cfg.accumulation, cfg.micro_batch, precision, effective, ncpu, ncuda,
-	       cfg.data_path);
+	int ranks = dos_dp_size(&cfg.dp);
+	printf("dos-train: %llu steps of %u x %u sequences%s, %s, policy %s, %u CPU + %u CUDA workers, data %s\n",
+	       (unsigned long long)cfg.steps, cfg.accumulation * ranks, cfg.micro_batch,
+	       ranks > 1 ? " (the global batch)" : "", precision, effective, ncpu, ncuda, cfg.data_path);
 	fflush(stdout);
+	if (ranks > 1) {
+		print_rank_share(&cfg, params, ncpu, ncuda);
+		if (!reporter && !freopen("/dev/null", "w", stdout)) /* rank 0 reports the job */
+			quiet = 1;
+	}
 
 	err = dos_train_run(&cfg, &out);
 	if (pr.tty && !quiet)
@@ -453,7 +509,7 @@ int main(int argc, char **argv)
 	if (err) {
 		fprintf(stderr, "dos-train: %s\n", dos_last_error());
 		dos_timeline_destroy(acc.timeline);
-		starpu_shutdown();
+		shutdown_runtime(&cfg.dp);
 		return err == -EINVAL || err == -ENOENT ? 2 : 1;
 	}
 	uint64_t steps_run = cfg.steps > out.resumed_from ? cfg.steps - out.resumed_from : 0;
@@ -464,7 +520,11 @@ int main(int argc, char **argv)
 		printf("summary: nothing to do: the checkpoint is at step %llu, --steps is %llu\n",
 		       (unsigned long long)out.resumed_from, (unsigned long long)cfg.steps);
 	}
-	uint64_t tokens = steps_run * (uint64_t)cfg.accumulation * cfg.micro_batch * cfg.shape.seq_len;
+	uint64_t tokens = steps_run * (uint64_t)cfg.accumulation * ranks * cfg.micro_batch * cfg.shape.seq_len;
+	for (int p = 0; p < PHASE_COUNT; p++) /* the job's, over every rank's workers */
+		acc.busy[p] = dos_dp_sum(acc.busy[p]);
+	acc.updates_cpu = (uint64_t)dos_dp_sum((double)acc.updates_cpu);
+	acc.updates_gpu = (uint64_t)dos_dp_sum((double)acc.updates_gpu);
 #ifdef STARPU_SIMGRID
 	const char *clock = " simulated";
 #else
@@ -507,7 +567,7 @@ int main(int argc, char **argv)
 		} else
 			printf("dos-train: picture of the last iteration in %s\n", plot);
 	}
-	if (dump && write_dump(dump, &out, params))
+	if (dump && write_dump(dump, &out, params, &cfg.dp))
 		status = 1;
 	dos_timeline_destroy(acc.timeline);
 	free(acc.backward.at);
@@ -516,7 +576,7 @@ int main(int argc, char **argv)
 	free(out.m);
 	free(out.v);
 	free(out.weights);
-	starpu_shutdown();
+	shutdown_runtime(&cfg.dp);
 	if (trace)
 		printf("dos-train: FxT trace in %s/ (starpu_fxt_tool -i %s/prof_file_*)\n", trace, trace);
 	return status;

@@ -1,0 +1,145 @@
+/* Data parallelism over StarPU-MPI (data_parallel.h). */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "config.h"
+#include "data_parallel.h"
+#include "errors.h"
+
+#if DOS_HAVE_MPI
+#include <starpu_mpi.h>
+#endif
+
+void dos_dp_owned_subgroups(const struct dos_data_parallel *dp, int rank, uint32_t nsubgroups, uint32_t *first,
+			    uint32_t *end)
+{
+	uint64_t n = (uint64_t)dos_dp_size(dp);
+	*first = (uint32_t)((uint64_t)rank * nsubgroups / n);
+	*end = (uint32_t)((uint64_t)(rank + 1) * nsubgroups / n);
+}
+
+int dos_dp_owner(const struct dos_data_parallel *dp, uint32_t nsubgroups, uint32_t subgroup)
+{
+	/* the largest rank whose block starts at or before the subgroup (blocks may be empty
+	 * when there are fewer subgroups than ranks) */
+	int n = dos_dp_size(dp);
+	int r = (int)(((uint64_t)subgroup * n + n - 1) / nsubgroups);
+	for (;; r--) {
+		uint32_t first, end;
+		dos_dp_owned_subgroups(dp, r, nsubgroups, &first, &end);
+		if (first <= subgroup && subgroup < end)
+			return r;
+	}
+}
+
+int dos_dp_launched(void)
+{
+	/* Open MPI's mpirun, Slurm's srun (a step with tasks), and PMI/PMIx launchers */
+	const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (getenv(names[i]))
+			return 1;
+	return 0;
+}
+
+/* A message's tag: kind in the high bits, index below. */
+static int64_t message_tag(enum dos_dp_message kind, uint64_t index)
+{
+	return (int64_t)((uint64_t)kind << 48 | (index & ((UINT64_C(1) << 48) - 1)));
+}
+
+#if DOS_HAVE_MPI
+
+/* dos_dp_init ran: MPI is there (the collectives are no-ops in a single process) */
+static int mpi_running;
+
+int dos_dp_available(void)
+{
+	return 1;
+}
+
+int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp)
+{
+	int err = starpu_mpi_init_conf(argc, argv, 1, MPI_COMM_WORLD, conf);
+	if (err)
+		return DOS_FAIL(err, "starpu_mpi_init_conf failed (%d)", err);
+	starpu_mpi_comm_rank(MPI_COMM_WORLD, &dp->rank);
+	starpu_mpi_comm_size(MPI_COMM_WORLD, &dp->nranks);
+	mpi_running = 1;
+	return 0;
+}
+
+void dos_dp_shutdown(void)
+{
+	mpi_running = 0;
+	starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+	starpu_mpi_barrier(MPI_COMM_WORLD);
+	starpu_mpi_shutdown();
+}
+
+void dos_dp_barrier(void)
+{
+	if (mpi_running)
+		starpu_mpi_barrier(MPI_COMM_WORLD);
+}
+
+double dos_dp_sum(double x)
+{
+	double sum = x;
+	if (mpi_running)
+		MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+	return sum;
+}
+
+void dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
+{
+	int err = starpu_mpi_isend_detached(h, to, message_tag(kind, index), MPI_COMM_WORLD, NULL, NULL);
+	/* a refused transfer leaves a half-built step that cannot be undone: a bug */
+	STARPU_ASSERT_MSG(err == 0, "StarPU-MPI refused a send to rank %d (%d)", to, err);
+}
+
+void dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
+{
+	int err = starpu_mpi_irecv_detached(h, from, message_tag(kind, index), MPI_COMM_WORLD, NULL, NULL);
+	STARPU_ASSERT_MSG(err == 0, "StarPU-MPI refused a receive from rank %d (%d)", from, err);
+}
+
+#else /* a single process: nothing is ever sent */
+
+int dos_dp_available(void)
+{
+	return 0;
+}
+
+int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp)
+{
+	(void)argc, (void)argv, (void)conf, (void)dp;
+	return DOS_FAIL(-ENOSYS, "this starpu-dos was built without StarPU-MPI: no data-parallel runs");
+}
+
+void dos_dp_shutdown(void)
+{
+}
+
+void dos_dp_barrier(void)
+{
+}
+
+double dos_dp_sum(double x)
+{
+	return x;
+}
+
+void dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
+{
+	(void)h, (void)to, (void)message_tag(kind, index);
+	STARPU_ABORT_MSG("dos_dp_send in a single-process build");
+}
+
+void dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
+{
+	(void)h, (void)from, (void)message_tag(kind, index);
+	STARPU_ABORT_MSG("dos_dp_recv in a single-process build");
+}
+
+#endif
