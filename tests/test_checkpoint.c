@@ -189,7 +189,7 @@ static void check_file_crcs(const char *path, const struct state *s)
 	size_t len;
 	unsigned char *f = read_whole(path, &len);
 	uint64_t n = s->meta.nparams;
-	size_t header_len = 148 + 8 * (size_t)s->meta.ntensors, section = 20 + 4 * n;
+	size_t header_len = 164 + 8 * (size_t)s->meta.ntensors, section = 20 + 4 * n;
 	CHECK(len == header_len + 3 * section, "%s: %zu bytes, expected %zu", path, len, header_len + 3 * section);
 	CHECK(memcmp(f, "DOSCKPT", 8) == 0, "%s: magic", path);
 	CHECK(get32(f, 16) == header_len, "%s: header_len %u", path, get32(f, 16));
@@ -319,7 +319,7 @@ static void refusals_group(const char *dir)
 	FORMAT(bad, "%s/bad.dos", dir);
 	size_t len;
 	unsigned char *base = read_whole(good, &len);
-	const size_t header_len = 148 + 8 * 3, section = 20 + 4 * n;
+	const size_t header_len = 164 + 8 * 3, section = 20 + 4 * n;
 	CHECK(len == header_len + 3 * section, "file of %zu bytes", len);
 	struct dest d = {.n = n, .master = test_malloc(n * 4), .m = test_malloc(n * 4), .v = test_malloc(n * 4)};
 	const struct dos_checkpoint_meta *expect = &s.meta;
@@ -409,12 +409,12 @@ static void refusals_group(const char *dir)
 	write_whole(bad, "", 0);
 	expect_refusal(bad, expect, &d, -EIO, "truncated: 0 bytes");
 
-	/* version 2, header re-CRCed so that only the version differs */
+	/* version 3, header re-CRCed so that only the version differs */
 	memcpy(f, base, len);
-	put32(f, 8, 2);
+	put32(f, 8, 3);
 	put32(f, header_len - 4, ref_crc32c(f, header_len - 4));
 	write_whole(bad, f, len);
-	expect_refusal(bad, expect, &d, -EINVAL, "version 2, this program reads version 1");
+	expect_refusal(bad, expect, &d, -EINVAL, "version 3, this program reads version 2");
 
 	/* the other byte order's marker, re-CRCed too, so that the marker alone refuses it */
 	memcpy(f, base, len);
@@ -436,7 +436,7 @@ static void refusals_group(const char *dir)
 	write_whole(bad, f, len + 4096);
 	expect_refusal(bad, expect, &d, -EIO, "trailing garbage");
 	free(f);
-	printf("checkpoint: wrong magic, version 2, other byte order, trailing garbage: refused, nothing written\n");
+	printf("checkpoint: wrong magic, version 3, other byte order, trailing garbage: refused, nothing written\n");
 
 	/* another model */
 	struct dos_checkpoint_meta other = s.meta;
@@ -715,6 +715,155 @@ static void save_errors_group(const char *dir)
 	free_state(&s);
 }
 
+/* ---- sharded checkpoints of a data-parallel job ---------------------------------------- */
+
+enum { SHARDS = 3 };
+static const uint64_t shard_begin[SHARDS + 1] = {0, 3000, 7000, 10007};
+
+/* Saves `s` as SHARDS shards and, unless without_manifest, the manifest. */
+static void save_sharded(const char *dir, const struct state *s, unsigned keep, int without_manifest)
+{
+	for (uint32_t i = 0; i < SHARDS; i++) {
+		struct dos_checkpoint_meta meta = s->meta;
+		uint64_t b = shard_begin[i];
+		meta.state_begin = b;
+		meta.state_len = shard_begin[i + 1] - b;
+		int err = dos_checkpoint_save_shard(dir, &meta, i, SHARDS, s->master + b, s->m + b, s->v + b);
+		CHECK(err == 0, "shard %u: %d %s", i, err, dos_last_error());
+	}
+	if (!without_manifest) {
+		int err = dos_checkpoint_save_manifest(dir, &s->meta, SHARDS, keep, NULL, 0);
+		CHECK(err == 0, "manifest: %d %s", err, dos_last_error());
+	}
+}
+
+/* Loads [begin, begin + len) of `path` and compares it with `s`, bit for bit. */
+static void expect_range(const char *path, const struct state *s, uint64_t begin, uint64_t len)
+{
+	struct dest d = {.n = len, .master = test_malloc(len * 4), .m = test_malloc(len * 4), .v = test_malloc(len * 4)};
+	int err = dos_checkpoint_load_range(path, &s->meta, begin, len, &d.got, d.master, d.m, d.v);
+	CHECK(err == 0, "load [%" PRIu64 ", +%" PRIu64 ") of %s: %d %s", begin, len, path, err, dos_last_error());
+	CHECK(!memcmp(d.master, s->master + begin, len * 4) && !memcmp(d.m, s->m + begin, len * 4) &&
+		      !memcmp(d.v, s->v + begin, len * 4),
+	      "[%" PRIu64 ", +%" PRIu64 ") of %s differs", begin, len, path);
+	CHECK(meta_equal(&d.got, &s->meta) && d.got.state_begin == begin && d.got.state_len == len,
+	      "meta of [%" PRIu64 ", +%" PRIu64 ") of %s", begin, len, path);
+	free(d.master);
+	free(d.m);
+	free(d.v);
+}
+
+static void shards_group(const char *dir)
+{
+	struct state s, other;
+	make_state(&s, shard_begin[SHARDS], 3, 31);
+	make_state(&other, shard_begin[SHARDS], 3, 32);
+	other.meta = s.meta; /* the same layout and counters, other data */
+	other.meta.numel = other.numel;
+	char path[4096], listing[4096], latest[4096];
+	uint64_t n = s.meta.steps_done;
+
+	/* shards without their manifest are no checkpoint */
+	save_sharded(dir, &s, 2, 1);
+	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == -ENOENT, "shards alone count as a checkpoint");
+	CHECK(dos_checkpoint_save_manifest(dir, &s.meta, 4, 2, NULL, 0) == -ENOENT, "a manifest of 4 shards of 3");
+	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == -ENOENT, "a refused manifest was written");
+	CHECK(dos_checkpoint_save_manifest(dir, &s.meta, SHARDS, 2, path, sizeof path) == 0, "%s", dos_last_error());
+	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == 0 && !strcmp(latest, path), "latest %s", latest);
+
+	/* resharding: the whole state, and ranges of other rank counts, across shard borders */
+	expect_range(path, &s, 0, shard_begin[SHARDS]);
+	for (uint64_t ranks = 1; ranks <= 5; ranks++)
+		for (uint64_t r = 0; r < ranks; r++) {
+			uint64_t b = r * shard_begin[SHARDS] / ranks, e = (r + 1) * shard_begin[SHARDS] / ranks;
+			expect_range(path, &s, b, e - b);
+		}
+	expect_range(path, &s, 2999, 2);
+	expect_range(path, &s, 10006, 1);
+	struct dest d = {.n = shard_begin[SHARDS]};
+	d.master = test_malloc(d.n * 4);
+	d.m = test_malloc(d.n * 4);
+	d.v = test_malloc(d.n * 4);
+	CHECK(dos_checkpoint_load_range(path, &s.meta, 0, d.n, &d.got, d.master, NULL, NULL) == 0 &&
+		      !memcmp(d.master, s.master, d.n * 4),
+	      "master alone: %s", dos_last_error());
+	CHECK(dos_checkpoint_load_range(path, &s.meta, 5, d.n, &d.got, d.master, d.m, d.v) == -EINVAL &&
+		      strstr(dos_last_error(), "begin = 5, len = 10007"),
+	      "a range past the end: %s", dos_last_error());
+
+	/* damage: each refused with nothing written */
+	char shard[4096], saved[4096];
+	FORMAT(shard, "%s/checkpoint-%" PRIu64 ".shard-1-of-3.dos", dir, n);
+	FORMAT(saved, "%s/saved-shard", dir);
+	size_t len;
+	unsigned char *good = read_whole(shard, &len);
+	CHECK(rename(shard, saved) == 0, "rename");
+	expect_refusal(path, &s.meta, &d, -ENOENT, "cannot open checkpoint", "shard-1-of-3");
+	write_flipped(shard, good, len, len - 100, 0x10);
+	expect_refusal(path, &s.meta, &d, -EIO, "shard-1-of-3", "corrupted");
+	write_whole(shard, good, len - 1);
+	expect_refusal(path, &s.meta, &d, -EIO, "shard-1-of-3", "truncated");
+	/* a shard of another save with the same header: its sections' CRCs tell */
+	struct dos_checkpoint_meta meta = other.meta;
+	meta.state_begin = shard_begin[1];
+	meta.state_len = shard_begin[2] - shard_begin[1];
+	CHECK(dos_checkpoint_save_shard(dir, &meta, 1, SHARDS, other.master + shard_begin[1],
+					other.m + shard_begin[1], other.v + shard_begin[1]) == 0,
+	      "%s", dos_last_error());
+	expect_refusal(path, &s.meta, &d, -EIO, "shard-1-of-3", "not the one the manifest names");
+	write_whole(shard, good, len);
+	expect_range(path, &s, 0, shard_begin[SHARDS]);
+	unlink(saved);
+
+	/* the manifest itself: every bit flipped, truncated, another model */
+	unsigned char *manifest = read_whole(path, &len);
+	for (size_t bit = 0; bit < 8 * len; bit++) {
+		write_flipped(path, manifest, len, bit / 8, (unsigned char)(1u << (bit % 8)));
+		dest_fill(&d);
+		int err = dos_checkpoint_load(path, &s.meta, &d.got, d.master, d.m, d.v);
+		CHECK(err == -EIO || err == -EINVAL, "manifest bit %zu flipped: %d", bit, err);
+		CHECK(all_sentinel(d.master, d.n * 4) && all_sentinel(&d.got, sizeof d.got),
+		      "manifest bit %zu flipped: arrays written", bit);
+		refusals++;
+	}
+	write_whole(path, manifest, len - 1);
+	expect_refusal(path, &s.meta, &d, -EIO, "manifest", "corrupted");
+	write_whole(path, manifest, len);
+	struct dos_checkpoint_meta bigger = s.meta;
+	bigger.nparams++;
+	dest_fill(&d);
+	CHECK(dos_checkpoint_load(path, &bigger, &d.got, d.master, d.m, d.v) == -EINVAL &&
+		      strstr(dos_last_error(), "nparams = 10007"),
+	      "another model: %s", dos_last_error());
+
+	/* a crash between the shards and the manifest of the next save leaves this one the
+	 * latest; the save after that removes the orphans and, beyond keep, the older ones */
+	s.meta.steps_done = n + 1;
+	save_sharded(dir, &s, 1, 1);
+	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == 0 && !strcmp(latest, path), "latest %s", latest);
+	s.meta.steps_done = n + 2;
+	save_sharded(dir, &s, 1, 0);
+	list_dir(dir, listing, sizeof listing);
+	char want[4096];
+	FORMAT(want,
+	       "checkpoint-%" PRIu64 ".dos checkpoint-%" PRIu64 ".shard-0-of-3.dos checkpoint-%" PRIu64
+	       ".shard-1-of-3.dos checkpoint-%" PRIu64 ".shard-2-of-3.dos",
+	       n + 2, n + 2, n + 2, n + 2);
+	CHECK(!strcmp(listing, want), "after keep = 1: '%s', expected '%s'", listing, want);
+	s.meta.steps_done = n;
+	printf("checkpoint: 3 shards + manifest: loaded whole and as ranges of 1..5 ranks, bit-identical; missing, "
+	       "damaged, truncated and foreign shards and %zu flipped manifest bits refused, nothing written; shards "
+	       "without a manifest are no checkpoint and are removed by the next save\n",
+	       8 * len);
+	free(good);
+	free(manifest);
+	free(d.master);
+	free(d.m);
+	free(d.v);
+	free_state(&s);
+	free_state(&other);
+}
+
 static void remove_tree(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -762,6 +911,9 @@ int main(void)
 	CHECK(mkdir(sub, 0755) == 0, "mkdir %s", sub);
 	refusals_group(sub);
 	save_errors_group(dir);
+	FORMAT(sub, "%s/shards", dir);
+	CHECK(mkdir(sub, 0755) == 0, "mkdir %s", sub);
+	shards_group(sub);
 	remove_tree(dir);
 	return 0;
 }
