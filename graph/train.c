@@ -131,16 +131,47 @@ static void hold_state_home(const struct dos_optimizer *opt, int hold)
 				starpu_data_release(state[i][s]);
 }
 
+/* In a data-parallel job every rank that keeps state saves its shard and, once all have
+ * (or one failed: then every rank fails), rank 0 writes the manifest. The checkpoint
+ * directory must be shared by the ranks (a parallel file system on a cluster). */
 static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model, struct dos_optimizer *opt,
 			   const struct dos_corpus *corpus, uint64_t steps_done)
 {
+	const struct dos_data_parallel *dp = &opt->cfg.dp;
+	int ranks = dos_dp_size(dp);
+	/* shards: the ranks that keep state (with fewer subgroups than ranks, some keep none) */
+	uint32_t shards = 0, my_shard = 0;
+	for (int r = 0; r < ranks; r++) {
+		uint32_t first, end;
+		dos_dp_owned_subgroups(dp, r, opt->map.nsubgroups, &first, &end);
+		my_shard += r < dp->rank && end > first;
+		shards += end > first;
+	}
 	hold_state_home(opt, 1);
 	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, steps_done);
 	int err = check_state_finite(opt, steps_done);
-	if (!err)
+	if (!err && shards == 1 && opt->state_len > 0)
 		err = dos_checkpoint_save(cfg->checkpoint_dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
+	else if (!err && opt->state_len > 0) {
+		meta.state_begin = opt->state_begin;
+		meta.state_len = opt->state_len;
+		err = dos_checkpoint_save_shard(cfg->checkpoint_dir, &meta, my_shard, shards, opt->master, opt->m,
+						opt->v);
+	}
 	hold_state_home(opt, 0);
-	return err;
+	if (ranks == 1)
+		return err;
+	if (dos_dp_sum(err != 0) > 0)
+		return err ? err : DOS_FAIL(-EIO, "checkpoint after step %llu: another rank could not save its shard",
+					    (unsigned long long)steps_done);
+	if (dp->rank == 0 && shards > 1) {
+		meta.state_begin = meta.state_len = 0;
+		err = dos_checkpoint_save_manifest(cfg->checkpoint_dir, &meta, shards, 2, NULL, 0);
+	}
+	if (dos_dp_sum(err != 0) > 0)
+		return err ? err : DOS_FAIL(-EIO, "checkpoint after step %llu: rank 0 could not write the manifest",
+					    (unsigned long long)steps_done);
+	return 0;
 }
 
 /* Before any task runs (every handle's only copy is its home): the latest checkpoint's
@@ -154,10 +185,18 @@ static int resume_from_checkpoint(const struct dos_train_config *cfg, struct dos
 	if (err)
 		return err == -ENOENT ? DOS_FAIL(-ENOENT, "--resume: no checkpoint in %s", cfg->checkpoint_dir) : err;
 	struct dos_checkpoint_meta expect = checkpoint_meta(cfg, model, opt, corpus, 0), got;
-	if ((err = dos_checkpoint_load(path, &expect, &got, opt->master, opt->m, opt->v)))
+	/* A rank of a data-parallel job keeps part of the state but needs every weight: it
+	 * reads the master weights of all (into the working weights), then its own state.
+	 * Either kind of checkpoint, of any number of shards, serves any number of ranks. */
+	int whole = opt->state_len == model->nparams;
+	float *masters = whole ? opt->master : model->weights;
+	if (!whole && (err = dos_checkpoint_load_range(path, &expect, 0, model->nparams, &got, masters, NULL, NULL)))
+		return err;
+	if (opt->state_len && (err = dos_checkpoint_load_range(path, &expect, opt->state_begin, opt->state_len, &got,
+							       opt->master, opt->m, opt->v)))
 		return err;
 	for (uint64_t i = 0; i < model->nparams; i++) {
-		float w = opt->master[i]; /* what the update writes, widened back (fp32: itself) */
+		float w = masters[i]; /* what the update writes, widened back (fp32: itself) */
 		if (opt->cfg.weight_dtype == DOS_BF16)
 			w = dos_bf16_to_float(dos_float_to_bf16(w));
 		else if (opt->cfg.weight_dtype == DOS_FP16)
@@ -229,8 +268,11 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 
 	declare_gpu_memory(cfg, &model, &opt);
 	uint64_t first_step = 0;
-	if (cfg->resume && DOS_VALUES_ARE_REAL &&
-	    (err = resume_from_checkpoint(cfg, &model, &opt, &corpus, &first_step))) {
+	if (cfg->resume && DOS_VALUES_ARE_REAL)
+		err = resume_from_checkpoint(cfg, &model, &opt, &corpus, &first_step);
+	if (dos_dp_sum(err != 0) > 0 && !err) /* every rank resumes, or none */
+		err = DOS_FAIL(-EIO, "--resume: another rank could not load its part of the checkpoint");
+	if (err) {
 		dos_optimizer_destroy(&opt);
 		dos_model_destroy(&model);
 		dos_corpus_free(&corpus);
