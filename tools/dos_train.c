@@ -484,24 +484,23 @@ int main(int argc, char **argv)
 			}
 	}
 
+	int ranks = dos_dp_size(&cfg.dp);
 	unsigned ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
 	unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
+	if (ranks > 1) /* before the job's header, which rank 0 prints */
+		print_rank_share(&cfg, params, ncpu, ncuda);
+	if (!reporter && !freopen("/dev/null", "w", stdout)) /* rank 0 reports the job */
+		quiet = 1;
 	printf("dos-train: %s model (V %u, hidden %u, heads %u, FFN %u, layers %u, seq %u): %.3g M parameters, "
 	       "%llu subgroups of %llu\n",
 	       preset->name, cfg.shape.vocab, cfg.shape.hidden, cfg.shape.heads, cfg.shape.ffn, cfg.shape.layers,
 	       cfg.shape.seq_len, params / 1e6,
 	       (unsigned long long)((params + cfg.opt.subgroup_size - 1) / cfg.opt.subgroup_size),
 	       (unsigned long long)cfg.opt.subgroup_size);
-	int ranks = dos_dp_size(&cfg.dp);
 	printf("dos-train: %llu steps of %u x %u sequences%s, %s, policy %s, %u CPU + %u CUDA workers, data %s\n",
 	       (unsigned long long)cfg.steps, cfg.accumulation * ranks, cfg.micro_batch,
 	       ranks > 1 ? " (the global batch)" : "", precision, effective, ncpu, ncuda, cfg.data_path);
 	fflush(stdout);
-	if (ranks > 1) {
-		print_rank_share(&cfg, params, ncpu, ncuda);
-		if (!reporter && !freopen("/dev/null", "w", stdout)) /* rank 0 reports the job */
-			quiet = 1;
-	}
 
 	err = dos_train_run(&cfg, &out);
 	if (pr.tty && !quiet)

@@ -1,0 +1,128 @@
+#!/bin/sh
+# dos-train as a data-parallel job over StarPU-MPI (graph/data_parallel.h), with Debian's
+# Open MPI on this machine's cores (--oversubscribe, one CPU worker per rank):
+#  1. N ranks with a global batch of B micro-batches end bit-identical to one process
+#     accumulating the same B (master weights, m, v, working weights), for N = 2 and 4,
+#     in fp32, bf16 and fp16 (loss scaling and clipping: statistics reduced across
+#     ranks), under several policies, with a step skipped for overflow, and with fewer
+#     subgroups than ranks;
+#  2. each rank keeps about 1/N of the optimizer state, and says so;
+#  3. sharded checkpoints: a 2-rank job saves shards + manifest; resuming on 1, 2 and 4
+#     ranks ends bit-identical to the uninterrupted run; SIGKILL of the job while it saves
+#     every step leaves a latest checkpoint that resumes exactly.
+# DOS_QUICK_CHECK=1 (sanitizer and distcheck builds): 2 ranks only in part 1, one SIGKILL.
+# Skipped (77) when dos-train was built without StarPU-MPI or mpirun is missing.
+set -u
+train=./dos-train
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+command -v mpirun >/dev/null 2>&1 || {
+	echo "mpirun not found: skipped"
+	exit 77
+}
+grep -q 'define DOS_HAVE_MPI 1' config.h 2>/dev/null || {
+	echo "built without StarPU-MPI: skipped"
+	exit 77
+}
+export STARPU_SILENT=1 STARPU_NCPU=1
+# Open MPI refuses root unless told; the job may use more ranks than cores here
+mpi_flags="--oversubscribe --bind-to none"
+[ "$(id -u)" = 0 ] && mpi_flags="$mpi_flags --allow-run-as-root"
+ranks() { # N, dos-train arguments...
+	n=$1
+	shift
+	# Open MPI's own allocations outlive MPI_Finalize: no leak check of them in the
+	# sanitizer build (the single-process runs keep it)
+	# shellcheck disable=SC2086
+	ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" timeout 300 mpirun $mpi_flags -np "$n" $train "$@"
+}
+
+job_sizes="2 4"
+[ "${DOS_QUICK_CHECK:-0}" = 1 ] && job_sizes=2
+
+# ---- 1. bit-identical to one process with the same global batch --------------------------
+same_as_one_process() { # label, dos-train arguments (without --accumulate)...
+	label=$1
+	shift
+	$train --preset tiny --steps 8 --quiet --accumulate 4 --dump "$work/one.bin" "$@" >"$work/log" 2>&1 ||
+		fail "$label: one process failed: $(cat "$work/log")"
+	for n in $job_sizes; do
+		ranks "$n" --preset tiny --steps 8 --quiet --accumulate $((4 / n)) --dump "$work/dp.bin" "$@" \
+			>"$work/log" 2>&1 || fail "$label: $n ranks failed: $(cat "$work/log")"
+		cmp -s "$work/one.bin" "$work/dp.bin" ||
+			fail "$label: $n ranks end with another state than one process accumulating the global batch"
+	done
+}
+same_as_one_process "fp32, dos" --policy dos
+same_as_one_process "fp32, dmda, 777-parameter subgroups" --policy dmda --subgroup-size 777
+same_as_one_process "bf16, stride" --precision bf16 --policy stride
+same_as_one_process "fp16, loss scaling and clipping" --precision fp16 --clip 0.5
+same_as_one_process "fp16, every step overflows" --precision fp16 --loss-scale 1e30
+grep -q "(8 skipped)" "$work/log" || fail "--loss-scale 1e30 skipped no step: $(cat "$work/log")"
+same_as_one_process "3 subgroups, fewer than 4 ranks" --subgroup-size 12000
+echo "data parallel: $job_sizes ranks bit-identical to one process accumulating the global batch (fp32, bf16, fp16" \
+	"with loss scaling and clipping, overflow skips, several policies and subgroup sizes)"
+
+# ---- 2. each rank keeps its share of the state ------------------------------------------------
+ranks 4 --preset tiny --steps 1 --subgroup-size 1000 >"$work/log" 2>&1 || fail "4 ranks: $(cat "$work/log")"
+shares=$(sed -n 's/.*optimizer state .* MiB of .* MiB (\([0-9.]*\) of it).*/\1/p' "$work/log")
+[ "$(echo "$shares" | wc -l)" = 4 ] || fail "expected 4 ranks to print their share: $(cat "$work/log")"
+echo "$shares" | awk '{ if ($1 < 0.22 || $1 > 0.28) bad = 1; sum += $1 } END { exit bad || sum < 0.999 || sum > 1.001 }' ||
+	fail "the 4 shares of the optimizer state are not about 1/4 each: $shares"
+echo "data parallel: each of 4 ranks keeps $(echo "$shares" | sort | tr '\n' ' ')of the optimizer state"
+
+# ---- 3. sharded checkpoints, resharded on resume --------------------------------------------
+$train --preset tiny --steps 10 --quiet --accumulate 4 --dump "$work/straight.bin" >/dev/null 2>&1 ||
+	fail "the uninterrupted run failed"
+ck=$work/ck
+mkdir "$ck"
+ranks 2 --preset tiny --steps 6 --quiet --accumulate 2 --checkpoint-dir "$ck" >"$work/log" 2>&1 ||
+	fail "saving shards failed: $(cat "$work/log")"
+[ -f "$ck/checkpoint-6.dos" ] && [ -f "$ck/checkpoint-6.shard-0-of-2.dos" ] && [ -f "$ck/checkpoint-6.shard-1-of-2.dos" ] ||
+	fail "expected a manifest and 2 shards: $(ls "$ck")"
+for n in 1 2 4; do
+	rm -rf "$work/ck$n"
+	cp -r "$ck" "$work/ck$n"
+	if [ "$n" = 1 ]; then
+		$train --preset tiny --steps 10 --quiet --accumulate 4 --checkpoint-dir "$work/ck$n" --resume \
+			--dump "$work/resumed.bin" >"$work/log" 2>&1
+	else
+		ranks "$n" --preset tiny --steps 10 --quiet --accumulate $((4 / n)) --checkpoint-dir "$work/ck$n" \
+			--resume --dump "$work/resumed.bin" >"$work/log" 2>&1
+	fi || fail "resuming on $n rank(s) failed: $(cat "$work/log")"
+	grep -q "resumed after step 6" "$work/log" || fail "$n rank(s) did not resume: $(cat "$work/log")"
+	cmp -s "$work/straight.bin" "$work/resumed.bin" ||
+		fail "2-rank shards resumed on $n rank(s) differ from the uninterrupted run"
+done
+echo "data parallel: a 2-rank sharded checkpoint resumed on 1, 2 and 4 ranks: bit-identical to 10 straight steps"
+
+# SIGKILL of one rank while the job saves every step (mpirun then ends the job)
+steps=120
+$train --preset tiny --steps $steps --quiet --accumulate 2 --dump "$work/straight.bin" >/dev/null 2>&1 ||
+	fail "the uninterrupted run failed"
+rounds=${DOS_KILL_ROUNDS:-3}
+[ "${DOS_QUICK_CHECK:-0}" = 1 ] && rounds=2
+resumed=""
+for round in $(seq 1 "$rounds"); do
+	ck=$work/kill-$round
+	mkdir "$ck"
+	ranks 2 --preset tiny --steps $steps --quiet --accumulate 1 --checkpoint-dir "$ck" --checkpoint-every 1 \
+		>/dev/null 2>&1 &
+	sleep "$(awk -v r="$round" -v k="$rounds" 'BEGIN {printf "%.3f", 1.0 + 2.0 * r / k}')"
+	pkill -9 -f "dos-train.*$ck" 2>/dev/null
+	wait
+	ls "$ck"/checkpoint-*.dos >/dev/null 2>&1 || continue # killed before the first save
+	ranks 2 --preset tiny --steps $steps --quiet --accumulate 1 --checkpoint-dir "$ck" --resume \
+		--dump "$work/killed.bin" >"$work/log" 2>&1 || fail "round $round: resuming failed: $(cat "$work/log")"
+	cmp -s "$work/straight.bin" "$work/killed.bin" || fail "round $round: resumed state differs after SIGKILL"
+	at=$(sed -n 's/.*resumed after step \([0-9]*\).*/\1/p' "$work/log")
+	[ -n "$at" ] && [ "$at" -lt $steps ] && resumed="$resumed $at"
+done
+# shellcheck disable=SC2086
+set -- $resumed
+[ $# -ge 1 ] || fail "none of $rounds rounds was killed in the middle of the run"
+echo "data parallel: SIGKILL of a 2-rank job saving every step, $rounds times: resumed bit-identical from steps$resumed"
