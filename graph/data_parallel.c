@@ -58,11 +58,30 @@ int dos_dp_available(void)
 	return 1;
 }
 
-int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp)
+int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
+		struct dos_rank_binding *binding)
 {
-	int err = starpu_mpi_init_conf(argc, argv, 1, MPI_COMM_WORLD, conf);
-	if (err)
+	/* MPI first (StarPU-MPI's thread level), to learn the ranks of this node and bind
+	 * this one before StarPU creates its workers */
+	int provided, err;
+	if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+		return DOS_FAIL(-EIO, "MPI_Init_thread failed");
+	MPI_Comm node;
+	int local_rank = 0, local_size = 1;
+	if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+		MPI_Comm_rank(node, &local_rank);
+		MPI_Comm_size(node, &local_size);
+		MPI_Comm_free(&node);
+	}
+	if ((err = dos_bind_rank(local_rank, local_size, conf, binding))) {
+		MPI_Finalize();
+		return err;
+	}
+	err = starpu_mpi_init_conf(argc, argv, 0, MPI_COMM_WORLD, conf);
+	if (err) {
+		MPI_Finalize();
 		return DOS_FAIL(err, "starpu_mpi_init_conf failed (%d)", err);
+	}
 	starpu_mpi_comm_rank(MPI_COMM_WORLD, &dp->rank);
 	starpu_mpi_comm_size(MPI_COMM_WORLD, &dp->nranks);
 	mpi_running = 1;
@@ -75,6 +94,7 @@ void dos_dp_shutdown(void)
 	starpu_mpi_wait_for_all(MPI_COMM_WORLD);
 	starpu_mpi_barrier(MPI_COMM_WORLD);
 	starpu_mpi_shutdown();
+	MPI_Finalize(); /* ours: StarPU-MPI did not initialise it */
 }
 
 void dos_dp_barrier(void)
@@ -111,9 +131,10 @@ int dos_dp_available(void)
 	return 0;
 }
 
-int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp)
+int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
+		struct dos_rank_binding *binding)
 {
-	(void)argc, (void)argv, (void)conf, (void)dp;
+	(void)argc, (void)argv, (void)conf, (void)dp, (void)binding;
 	return DOS_FAIL(-ENOSYS, "this starpu-dos was built without StarPU-MPI: no data-parallel runs");
 }
 

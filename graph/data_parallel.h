@@ -24,6 +24,8 @@
 #include <starpu.h>
 #include <stdint.h>
 
+#include "rank_binding.h"
+
 /* This process's place in the job. {0, 0} and {0, 1} both mean a single process. */
 struct dos_data_parallel {
 	int rank, nranks;
@@ -55,10 +57,12 @@ int dos_dp_available(void);
 /* Launched by mpirun or srun (the launcher's environment names a job of any size)? */
 int dos_dp_launched(void);
 
-/* starpu_mpi_init_conf (MPI initialised here) and this process's rank and job size.
- * Returns 0, -ENOSYS without StarPU-MPI, or StarPU's error. */
-int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp);
-/* Waits for every transfer, then starpu_mpi_shutdown (which also ends MPI). */
+/* MPI, this rank's binding on its node (dos_bind_rank: its GPU and the cores nearest it),
+ * then starpu_mpi_init_conf; this process's rank and job size into *dp. Returns 0,
+ * -ENOSYS without StarPU-MPI, or the failing step's error. */
+int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
+		struct dos_rank_binding *binding);
+/* Waits for every transfer, then starpu_mpi_shutdown and MPI_Finalize. */
 void dos_dp_shutdown(void);
 /* Every rank reaches this point before any goes on. */
 void dos_dp_barrier(void);

@@ -6,7 +6,8 @@
 #     in fp32, bf16 and fp16 (loss scaling and clipping: statistics reduced across
 #     ranks), under several policies, with a step skipped for overflow, and with fewer
 #     subgroups than ranks;
-#  2. each rank keeps about 1/N of the optimizer state, and says so;
+#  2. each rank keeps about 1/N of the optimizer state, and says so; ranks of a node are
+#     bound to distinct blocks of cores, and say which;
 #  3. sharded checkpoints: a 2-rank job saves shards + manifest; resuming on 1, 2 and 4
 #     ranks ends bit-identical to the uninterrupted run; SIGKILL of the job while it saves
 #     every step leaves a latest checkpoint that resumes exactly.
@@ -64,7 +65,7 @@ same_as_one_process "fp16, loss scaling and clipping" --precision fp16 --clip 0.
 same_as_one_process "fp16, every step overflows" --precision fp16 --loss-scale 1e30
 grep -q "(8 skipped)" "$work/log" || fail "--loss-scale 1e30 skipped no step: $(cat "$work/log")"
 same_as_one_process "3 subgroups, fewer than 4 ranks" --subgroup-size 12000
-echo "data parallel: $job_sizes ranks bit-identical to one process accumulating the global batch (fp32, bf16, fp16" \
+echo "data parallel: $(echo $job_sizes | sed "s/ / and /") ranks bit-identical to one process accumulating the global batch (fp32, bf16, fp16" \
 	"with loss scaling and clipping, overflow skips, several policies and subgroup sizes)"
 
 # ---- 2. each rank keeps its share of the state ------------------------------------------------
@@ -74,6 +75,17 @@ shares=$(sed -n 's/.*optimizer state .* MiB of .* MiB (\([0-9.]*\) of it).*/\1/p
 echo "$shares" | awk '{ if ($1 < 0.22 || $1 > 0.28) bad = 1; sum += $1 } END { exit bad || sum < 0.999 || sum > 1.001 }' ||
 	fail "the 4 shares of the optimizer state are not about 1/4 each: $shares"
 echo "data parallel: each of 4 ranks keeps $(echo "$shares" | sort | tr '\n' ' ')of the optimizer state"
+
+# each rank of a node on its own block of cores (here one core each), said by every rank
+ranks 2 --preset tiny --steps 1 >"$work/log" 2>&1 || fail "2 ranks: $(cat "$work/log")"
+cpus=$(sed -n 's/.*binding: local rank [01] of 2: .* on CPUs \([0-9,-]*\) .*/\1/p' "$work/log" | sort | tr '\n' ' ')
+if [ "$(nproc)" -ge 2 ]; then
+	[ "$(echo "$cpus" | wc -w)" = 2 ] && [ "$(echo "$cpus" | tr ' ' '\n' | sort -u | grep -c .)" = 2 ] ||
+		fail "2 ranks should be bound to distinct cores: '$cpus' from $(grep binding "$work/log")"
+fi
+DOS_BIND=none ranks 2 --preset tiny --steps 1 >"$work/log" 2>&1 || fail "DOS_BIND=none: $(cat "$work/log")"
+[ "$(grep -c 'binding left to the launcher' "$work/log")" = 2 ] || fail "DOS_BIND=none ignored: $(cat "$work/log")"
+echo "data parallel: 2 ranks bound to CPUs $cpus(one block of cores each); DOS_BIND=none leaves the launcher's"
 
 # ---- 3. sharded checkpoints, resharded on resume --------------------------------------------
 $train --preset tiny --steps 10 --quiet --accumulate 4 --dump "$work/straight.bin" >/dev/null 2>&1 ||

@@ -338,7 +338,8 @@ static int write_dump(const char *path, const struct dos_train_output *out, uint
 
 /* In a data-parallel job, each rank's line: its subgroups and the share of the optimizer
  * state (fp32 master, m, v: 12 bytes per parameter) it keeps. */
-static void print_rank_share(const struct dos_train_config *cfg, uint64_t params, unsigned ncpu, unsigned ncuda)
+static void print_rank_share(const struct dos_train_config *cfg, uint64_t params, unsigned ncpu, unsigned ncuda,
+			     const struct dos_rank_binding *binding)
 {
 	uint64_t size = cfg->opt.subgroup_size, nsub = (params + size - 1) / size;
 	uint32_t first, end;
@@ -350,6 +351,7 @@ static void print_rank_share(const struct dos_train_config *cfg, uint64_t params
 	       "%.1f MiB of %.1f MiB (%.3f of it)\n",
 	       cfg->dp.rank, cfg->dp.nranks, host, ncpu, ncuda, first, end, 12.0 * mine / 1048576,
 	       12.0 * params / 1048576, (double)mine / params);
+	printf("dos-train: rank %d binding: %s\n", cfg->dp.rank, binding->text);
 	fflush(stdout);
 }
 
@@ -429,10 +431,14 @@ int main(int argc, char **argv)
 				"would train alone; rebuild with MPI (configure --with-mpi)\n");
 		return 2;
 	}
-	err = launched ? dos_dp_init(&argc, &argv, &conf, &cfg.dp) : starpu_init(&conf);
+	struct dos_rank_binding binding = {0};
+	err = launched ? dos_dp_init(&argc, &argv, &conf, &cfg.dp, &binding) : starpu_init(&conf);
 	if (err) {
-		fprintf(stderr, "dos-train: %s failed (%d)%s\n", launched ? "starpu_mpi_init_conf" : "starpu_init", err,
-			ours ? "" : " (is --policy a StarPU policy name?)");
+		if (launched)
+			fprintf(stderr, "dos-train: %s\n", dos_last_error());
+		else
+			fprintf(stderr, "dos-train: starpu_init failed (%d)%s\n", err,
+				ours ? "" : " (is --policy a StarPU policy name?)");
 		return 1;
 	}
 	int reporter = cfg.dp.rank == 0;
@@ -488,7 +494,7 @@ int main(int argc, char **argv)
 	unsigned ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
 	unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
 	if (ranks > 1) /* before the job's header, which rank 0 prints */
-		print_rank_share(&cfg, params, ncpu, ncuda);
+		print_rank_share(&cfg, params, ncpu, ncuda, &binding);
 	if (!reporter && !freopen("/dev/null", "w", stdout)) /* rank 0 reports the job */
 		quiet = 1;
 	printf("dos-train: %s model (V %u, hidden %u, heads %u, FFN %u, layers %u, seq %u): %.3g M parameters, "
