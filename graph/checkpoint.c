@@ -514,8 +514,8 @@ static int check_save_arguments(const char *dir, const struct dos_checkpoint_met
 /* Writes dir/name atomically: write(fd, ctx) into a temporary file of dir, fsync, rename,
  * fsync of dir. On success *dfd_out is the open directory (the caller closes it) and the
  * path is in path (size PATH_MAX). */
-static int save_atomically(const char *dir, const char *name, int (*write)(int fd, const void *ctx),
-			   const void *ctx, char *path, int *dfd_out)
+static int save_atomically(const char *dir, const char *name, int (*write)(int fd, const void *ctx), const void *ctx,
+			   char *path, int *dfd_out)
 {
 	char tmp_name[160], tmp_path[PATH_MAX];
 	snprintf(tmp_name, sizeof tmp_name, ".%s.tmp-%ld", name, (long)getpid());
@@ -613,18 +613,18 @@ int dos_checkpoint_save(const char *dir, const struct dos_checkpoint_meta *meta,
 
 static void shard_name(char *name, size_t size, uint64_t steps_done, uint32_t shard, uint32_t nshards)
 {
-	snprintf(name, size, "checkpoint-%" PRIu64 ".shard-%" PRIu32 "-of-%" PRIu32 ".dos", steps_done, shard,
-		 nshards);
+	snprintf(name, size, "checkpoint-%" PRIu64 ".shard-%" PRIu32 "-of-%" PRIu32 ".dos", steps_done, shard, nshards);
 }
 
-int dos_checkpoint_save_shard(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t shard,
-			      uint32_t nshards, const float *master, const float *m, const float *v)
+int dos_checkpoint_save_shard(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t shard, uint32_t nshards,
+			      const float *master, const float *m, const float *v)
 {
 	int err = check_save_arguments(dir, meta, master, m, v);
 	if (err)
 		return err;
 	if (nshards < 2 || shard >= nshards)
-		return DOS_FAIL(-EINVAL, "shard = %" PRIu32 " of nshards = %" PRIu32 ": need shard < nshards, nshards >= 2",
+		return DOS_FAIL(-EINVAL,
+				"shard = %" PRIu32 " of nshards = %" PRIu32 ": need shard < nshards, nshards >= 2",
 				shard, nshards);
 	if (meta->state_len == 0)
 		return DOS_FAIL(-EINVAL, "meta->state_len = 0: a shard holds its rank's range");
@@ -711,7 +711,8 @@ int dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_me
 			err = DOS_FAIL(-EINVAL,
 				       "shard %s holds parameters from %" PRIu64 " after step %" PRIu64
 				       ", expected from %" PRIu64 " after step %" PRIu64,
-				       path, mf.shards[i].begin, get_u64(fixed, OFF_STEPS_DONE), next, meta->steps_done);
+				       path, mf.shards[i].begin, get_u64(fixed, OFF_STEPS_DONE), next,
+				       meta->steps_done);
 		next += mf.shards[i].len;
 	}
 	if (!err && next != meta->nparams)
@@ -788,7 +789,8 @@ static int crc_of_range(const struct reader *r, uint64_t off, uint64_t len, uint
 		if (err)
 			return err;
 		*crc = crc32c(*crc, r->chunk, piece);
-		uint64_t from = done > win ? done : win, to = done + piece < win + win_len ? done + piece : win + win_len;
+		uint64_t from = done > win ? done : win,
+			 to = done + piece < win + win_len ? done + piece : win + win_len;
 		if (dest && from < to)
 			memcpy(dest + (from - win), r->chunk + (from - done), (size_t)(to - from));
 		done += piece;
@@ -903,8 +905,9 @@ static int check_header(const struct reader *r, const unsigned char *fixed, cons
 
 	uint64_t begin = get_u64(fixed, OFF_STATE_BEGIN), len = get_u64(fixed, OFF_STATE_LEN);
 	if (begin >= nparams || len == 0 || len > nparams - begin)
-		return DOS_FAIL(-EIO, "checkpoint %s: corrupted header (parameters [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64 ")",
-				path, begin, len, nparams);
+		return DOS_FAIL(
+			-EIO, "checkpoint %s: corrupted header (parameters [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64 ")",
+			path, begin, len, nparams);
 	uint64_t want = file_len_of(ntensors, len);
 	if (size < want)
 		return DOS_FAIL(-EIO, "checkpoint %s is truncated: %" PRIu64 " bytes, expected %" PRIu64, path, size,
@@ -1113,17 +1116,20 @@ static int read_manifest(const char *path, struct reader *r, const struct dos_ch
 	uint32_t nshards = err ? 0 : get_u32(b, 16);
 	if (err) {
 	} else if (get_u32(b, 12) == BYTE_ORDER_SWAPPED)
-		err = DOS_FAIL(-EINVAL, "checkpoint manifest %s was written on a machine of the other byte order", path);
+		err = DOS_FAIL(-EINVAL, "checkpoint manifest %s was written on a machine of the other byte order",
+			       path);
 	else if (stored != computed)
-		err = DOS_FAIL(-EIO, "checkpoint manifest %s is corrupted (CRC32C 0x%08" PRIx32 ", stored 0x%08" PRIx32 ")",
+		err = DOS_FAIL(-EIO,
+			       "checkpoint manifest %s is corrupted (CRC32C 0x%08" PRIx32 ", stored 0x%08" PRIx32 ")",
 			       path, computed, stored);
 	else if (get_u32(b, 8) != MANIFEST_VERSION)
-		err = DOS_FAIL(-EINVAL, "checkpoint manifest %s has format version %" PRIu32 ", this program reads version %d",
+		err = DOS_FAIL(-EINVAL,
+			       "checkpoint manifest %s has format version %" PRIu32 ", this program reads version %d",
 			       path, get_u32(b, 8), MANIFEST_VERSION);
 	else if (get_u32(b, 12) != BYTE_ORDER_MARKER || nshards < 2 ||
 		 r->size != MANIFEST_FIXED + (uint64_t)nshards * MANIFEST_ENTRY + CRC_BYTES)
-		err = DOS_FAIL(-EIO, "checkpoint manifest %s is corrupted (%" PRIu32 " shards in %" PRIu64 " bytes)", path,
-			       nshards, r->size);
+		err = DOS_FAIL(-EIO, "checkpoint manifest %s is corrupted (%" PRIu32 " shards in %" PRIu64 " bytes)",
+			       path, nshards, r->size);
 	else if (get_u64(b, 24) != expect->nparams)
 		err = DOS_FAIL(-EINVAL, "checkpoint %s: nparams = %" PRIu64 ", but the model has %" PRIu64, path,
 			       get_u64(b, 24), expect->nparams);
@@ -1135,12 +1141,16 @@ static int read_manifest(const char *path, struct reader *r, const struct dos_ch
 		mf->shards[i] = (struct shard_entry){
 			get_u64(e, 0), get_u64(e, 8), get_u32(e, 16), {get_u32(e, 20), get_u32(e, 24), get_u32(e, 28)}};
 		if (mf->shards[i].begin != next || mf->shards[i].len == 0 || mf->shards[i].len > expect->nparams - next)
-			err = DOS_FAIL(-EIO, "checkpoint manifest %s is corrupted (shard %" PRIu32 " holds [%" PRIu64 ", +%" PRIu64 "))",
+			err = DOS_FAIL(-EIO,
+				       "checkpoint manifest %s is corrupted (shard %" PRIu32 " holds [%" PRIu64
+				       ", +%" PRIu64 "))",
 				       path, i, mf->shards[i].begin, mf->shards[i].len);
 		next += mf->shards[i].len;
 	}
 	if (!err && next != expect->nparams)
-		err = DOS_FAIL(-EIO, "checkpoint manifest %s is corrupted (its shards hold %" PRIu64 " of %" PRIu64 " parameters)",
+		err = DOS_FAIL(-EIO,
+			       "checkpoint manifest %s is corrupted (its shards hold %" PRIu64 " of %" PRIu64
+			       " parameters)",
 			       path, next, expect->nparams);
 	if (!err) {
 		mf->nshards = nshards;
@@ -1168,7 +1178,8 @@ static int read_shard_header(const char *path, const struct dos_checkpoint_meta 
 	/* the sections' stored CRCs (the loader verifies them against the data) */
 	for (int k = 0; !err && k < NSECTIONS; k++)
 		err = read_exact(&f.r, &entry->section_crc[k], CRC_BYTES,
-				 header_len_of(expect->ntensors) + (uint64_t)(k + 1) * section_len_of(f.len) - CRC_BYTES);
+				 header_len_of(expect->ntensors) + (uint64_t)(k + 1) * section_len_of(f.len) -
+					 CRC_BYTES);
 	close_reader(&f.r);
 	return err;
 }
@@ -1194,8 +1205,8 @@ static int check_load_arguments(const char *path, const struct dos_checkpoint_me
 	return 0;
 }
 
-int dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_meta *expect, uint64_t begin,
-			      uint64_t len, struct dos_checkpoint_meta *got, float *master, float *m, float *v)
+int dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_meta *expect, uint64_t begin, uint64_t len,
+			      struct dos_checkpoint_meta *got, float *master, float *m, float *v)
 {
 	int err = check_load_arguments(path, expect, got);
 	if (err)
@@ -1251,7 +1262,8 @@ int dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_meta
 				     get_u64(files[nfiles].fixed, OFF_STEPS_DONE) != mf.steps_done))
 					err = DOS_FAIL(-EIO,
 						       "checkpoint %s: shard %s is not the one the manifest names "
-						       "(header CRC32C 0x%08" PRIx32 ", the manifest says 0x%08" PRIx32 ")",
+						       "(header CRC32C 0x%08" PRIx32 ", the manifest says 0x%08" PRIx32
+						       ")",
 						       path, paths[nfiles], files[nfiles].header_crc, e->header_crc);
 				memcpy(files[nfiles].entry_crc, e->section_crc, sizeof e->section_crc);
 				nfiles++;

@@ -72,8 +72,8 @@ int dos_checkpoint_load(const char *path, const struct dos_checkpoint_meta *expe
  * (a crash before leaves the previous one the latest). It then deletes checkpoints beyond
  * the `keep` most recent, with their shards and shards of saves that never got a manifest.
  * Errors as dos_checkpoint_save's; -EINVAL when the shards do not tile the model. */
-int dos_checkpoint_save_shard(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t shard,
-			      uint32_t nshards, const float *master, const float *m, const float *v);
+int dos_checkpoint_save_shard(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t shard, uint32_t nshards,
+			      const float *master, const float *m, const float *v);
 int dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t nshards,
 				 unsigned keep, char *path_out, size_t path_size);
 
@@ -83,8 +83,8 @@ int dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_me
  * verifying every file involved as dos_checkpoint_load does. A manifest's shard that is
  * missing, damaged or not the one the manifest names is refused. got->state_begin and
  * got->state_len are the range loaded. */
-int dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_meta *expect, uint64_t begin,
-			      uint64_t len, struct dos_checkpoint_meta *got, float *master, float *m, float *v);
+int dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_meta *expect, uint64_t begin, uint64_t len,
+			      struct dos_checkpoint_meta *got, float *master, float *m, float *v);
 
 /* The path of the most recent "checkpoint-<N>.dos" of `dir` (highest N) into path (size
  * path_size). Returns 0, -ENOENT when there is none, or a negative errno. Does not verify

@@ -69,9 +69,10 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
 	int sixteen = cfg->weight_dtype != DOS_FP32;
 	dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, N, &opt->own_first, &opt->own_end);
 	opt->state_begin = (uint64_t)opt->own_first * cfg->subgroup_size;
-	opt->state_len = opt->own_end > opt->own_first ? (opt->own_end == N ? P : (uint64_t)opt->own_end * cfg->subgroup_size) -
-								 opt->state_begin
-						       : 0;
+	opt->state_len =
+		opt->own_end > opt->own_first
+			? (opt->own_end == N ? P : (uint64_t)opt->own_end * cfg->subgroup_size) - opt->state_begin
+			: 0;
 	uint64_t L = opt->state_len;
 	if (dos_host_alloc((void **)&opt->master, L * sizeof(float)) ||
 	    dos_host_alloc((void **)&opt->m, L * sizeof(float)) || dos_host_alloc((void **)&opt->v, L * sizeof(float)))

@@ -52,12 +52,12 @@ struct dos_optimizer {
 	/* per subgroup; m_h and v_h are NULL for subgroups of other ranks, and so is master_h
 	 * in 16-bit precision (in fp32 it receives the owner's updated weights) */
 	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h;
-	starpu_data_handle_t *tensor_weight, *tensor_grad;                          /* not owned */
-	uint64_t step;                                                              /* updates applied so far */
-	uint64_t skipped_steps;                                                     /* steps dropped for overflow */
-	double loss_scale;                                                          /* 1 without dynamic loss scaling */
-	uint32_t good_steps; /* since the last change of the scale */
-	int copies_on_gpu;   /* gathers and refreshes run on CUDA workers (there are some) */
+	starpu_data_handle_t *tensor_weight, *tensor_grad; /* not owned */
+	uint64_t step;                                     /* updates applied so far */
+	uint64_t skipped_steps;                            /* steps dropped for overflow */
+	double loss_scale;                                 /* 1 without dynamic loss scaling */
+	uint32_t good_steps;                               /* since the last change of the scale */
+	int copies_on_gpu; /* gathers and refreshes run on CUDA workers (there are some) */
 	dos_task_hook hook;
 	void *hook_arg;
 };

@@ -162,15 +162,17 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 	if (ranks == 1)
 		return err;
 	if (dos_dp_sum(err != 0) > 0)
-		return err ? err : DOS_FAIL(-EIO, "checkpoint after step %llu: another rank could not save its shard",
-					    (unsigned long long)steps_done);
+		return err ? err
+			   : DOS_FAIL(-EIO, "checkpoint after step %llu: another rank could not save its shard",
+				      (unsigned long long)steps_done);
 	if (dp->rank == 0 && shards > 1) {
 		meta.state_begin = meta.state_len = 0;
 		err = dos_checkpoint_save_manifest(cfg->checkpoint_dir, &meta, shards, 2, NULL, 0);
 	}
 	if (dos_dp_sum(err != 0) > 0)
-		return err ? err : DOS_FAIL(-EIO, "checkpoint after step %llu: rank 0 could not write the manifest",
-					    (unsigned long long)steps_done);
+		return err ? err
+			   : DOS_FAIL(-EIO, "checkpoint after step %llu: rank 0 could not write the manifest",
+				      (unsigned long long)steps_done);
 	return 0;
 }
 

@@ -740,7 +740,8 @@ static void save_sharded(const char *dir, const struct state *s, unsigned keep, 
 /* Loads [begin, begin + len) of `path` and compares it with `s`, bit for bit. */
 static void expect_range(const char *path, const struct state *s, uint64_t begin, uint64_t len)
 {
-	struct dest d = {.n = len, .master = test_malloc(len * 4), .m = test_malloc(len * 4), .v = test_malloc(len * 4)};
+	struct dest d = {
+		.n = len, .master = test_malloc(len * 4), .m = test_malloc(len * 4), .v = test_malloc(len * 4)};
 	int err = dos_checkpoint_load_range(path, &s->meta, begin, len, &d.got, d.master, d.m, d.v);
 	CHECK(err == 0, "load [%" PRIu64 ", +%" PRIu64 ") of %s: %d %s", begin, len, path, err, dos_last_error());
 	CHECK(!memcmp(d.master, s->master + begin, len * 4) && !memcmp(d.m, s->m + begin, len * 4) &&
@@ -807,8 +808,8 @@ static void shards_group(const char *dir)
 	struct dos_checkpoint_meta meta = other.meta;
 	meta.state_begin = shard_begin[1];
 	meta.state_len = shard_begin[2] - shard_begin[1];
-	CHECK(dos_checkpoint_save_shard(dir, &meta, 1, SHARDS, other.master + shard_begin[1],
-					other.m + shard_begin[1], other.v + shard_begin[1]) == 0,
+	CHECK(dos_checkpoint_save_shard(dir, &meta, 1, SHARDS, other.master + shard_begin[1], other.m + shard_begin[1],
+					other.v + shard_begin[1]) == 0,
 	      "%s", dos_last_error());
 	expect_refusal(path, &s.meta, &d, -EIO, "shard-1-of-3", "not the one the manifest names");
 	write_whole(shard, good, len);
