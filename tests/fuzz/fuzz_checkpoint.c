@@ -1,17 +1,21 @@
 /* libFuzzer target for the checkpoint reader (graph/checkpoint.c): every input is written
- * to a file and handed to dos_checkpoint_load with a fixed small layout. Built and run by
+ * to a file and handed to dos_checkpoint_load with a fixed small layout. Beside it lie the
+ * two shards of a sharded checkpoint of that layout after step SHARD_STEP, so that an
+ * input that is a manifest (of those shards, or almost) reaches the sharded path. Built and run by
  * tools/fuzz.sh (`make fuzz`), not by the autotools build; see tests/fuzz/README.md.
  *
  * Each input is tried twice: as it is, and with its CRC32Cs recomputed wherever its own
- * header_len and section lengths put them, so that mutations reach the checks behind the
- * checksums (version, layout, tags, lengths) instead of all dying at the header's CRC.
+ * header_len and section lengths (or, for a manifest, its length) put them, so that mutations reach the checks behind
+ * the checksums (version, layout, tags, lengths) instead of all dying at the header's CRC.
  *
  * The oracle is independent of the reader: the format of the comment at the top of
  * graph/checkpoint.c, checked here byte by byte for the expected layout. For every file:
- *  - the load succeeds exactly when the file is a valid checkpoint of that layout;
+ *  - the load succeeds exactly when the file is a valid checkpoint of that layout, or a
+ *    valid manifest of the shards beside it;
  *  - on success *got holds the header's fields (numel pointing to expect's) and master,
  *    m and v hold the sections' bytes;
- *  - on failure the code is -EINVAL or -EIO, dos_last_error() names the file, and *got
+ *  - on failure the code is -EINVAL or -EIO (or -ENOENT for a manifest naming shards
+ *    that are not there), dos_last_error() names the file (or the shard), and *got
  *    and the three arrays are untouched (still the sentinel);
  *  - no file descriptor is leaked (ASan's leak check covers memory).
  * A broken rule calls abort(), which libFuzzer reports as a crash with the input saved.
@@ -45,8 +49,8 @@ static const struct dos_checkpoint_meta expect = {
 	.grad_dtype = DOS_FP32,
 };
 
-/* The format, version 1 (graph/checkpoint.c), for that layout. */
-#define HEADER_FIXED 144
+/* The format, version 2 (graph/checkpoint.c), for that layout. */
+#define HEADER_FIXED 160
 #define HEADER_LEN (HEADER_FIXED + 8 * NTENSORS + 4)
 #define SECTION_LEN (16 + 4 * NPARAMS + 4)
 #define FILE_LEN (HEADER_LEN + 3 * SECTION_LEN)
@@ -89,13 +93,14 @@ static int oracle_valid(const unsigned char *data, size_t size)
 {
 	if (size != FILE_LEN)
 		return 0;
-	if (memcmp(data, "DOSCKPT\0", 8) != 0 || u32_at(data, 8) != 1 || u32_at(data, 12) != 0x01020304u ||
+	if (memcmp(data, "DOSCKPT\0", 8) != 0 || u32_at(data, 8) != 2 || u32_at(data, 12) != 0x01020304u ||
 	    u32_at(data, 16) != HEADER_LEN)
 		return 0;
 	if (ref_crc32c(data, HEADER_LEN - 4) != u32_at(data, HEADER_LEN - 4))
 		return 0;
 	if (u32_at(data, 20) != NTENSORS || u64_at(data, 24) != NPARAMS || u64_at(data, 32) != SUBGROUP ||
-	    u32_at(data, 40) != DOS_FP32 || u32_at(data, 44) != DOS_FP32)
+	    u32_at(data, 40) != DOS_FP32 || u32_at(data, 44) != DOS_FP32 || u64_at(data, 144) != 0 ||
+	    u64_at(data, 152) != NPARAMS)
 		return 0;
 	for (int i = 0; i < NTENSORS; i++)
 		if (u64_at(data, HEADER_FIXED + 8 * (size_t)i) != expect_numel[i])
@@ -110,11 +115,85 @@ static int oracle_valid(const unsigned char *data, size_t size)
 	return 1;
 }
 
-/* Recomputes the CRCs where the file's own header_len and section lengths put them. */
+/* ---- the sharded checkpoint beside the input ---------------------------------------------- */
+
+#define SHARD_STEP 5
+#define MANIFEST_LEN (40 + 2 * 32 + 4)
+static const uint64_t shard_begin[3] = {0, 20, NPARAMS};
+static float shard_arrays[3][NPARAMS]; /* master, m, v of the whole layout */
+static uint32_t shard_crcs[2][4];      /* each shard's header and sections' CRCs */
+static unsigned char shard_header[160];
+
+static int is_manifest(const unsigned char *data, size_t size)
+{
+	return size >= 8 && memcmp(data, "DOSMANI\0", 8) == 0;
+}
+
+/* Whether `data` is a valid manifest of the two shards beside it. */
+static int oracle_valid_manifest(const unsigned char *data, size_t size)
+{
+	if (size != MANIFEST_LEN || !is_manifest(data, size) || u32_at(data, 8) != 1 ||
+	    u32_at(data, 12) != 0x01020304u || u32_at(data, 16) != 2 || u64_at(data, 24) != NPARAMS ||
+	    u64_at(data, 32) != SHARD_STEP || ref_crc32c(data, size - 4) != u32_at(data, size - 4))
+		return 0;
+	for (int i = 0; i < 2; i++) {
+		const unsigned char *e = data + 40 + 32 * i;
+		if (u64_at(e, 0) != shard_begin[i] || u64_at(e, 8) != shard_begin[i + 1] - shard_begin[i])
+			return 0;
+		for (int k = 0; k < 4; k++)
+			if (u32_at(e, 16 + 4 * (size_t)k) != shard_crcs[i][k])
+				return 0;
+	}
+	return 1;
+}
+
+/* Writes the two shards of SHARD_STEP into `dir` and records their CRCs (read back from
+ * the files, as the format places them). */
+static void write_shards(const char *dir)
+{
+	for (int s = 0; s < 3; s++)
+		for (int i = 0; i < NPARAMS; i++)
+			shard_arrays[s][i] = (float)((s + 2) * (i - 11)) / 3.0f;
+	struct dos_checkpoint_meta meta = expect;
+	meta.steps_done = SHARD_STEP;
+	meta.step = 4;
+	meta.loss_scale = 1;
+	meta.hp = (struct dos_adam_hparams){.mode = DOS_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+	for (int i = 0; i < 2; i++) {
+		meta.state_begin = shard_begin[i];
+		meta.state_len = shard_begin[i + 1] - shard_begin[i];
+		uint64_t b = shard_begin[i];
+		int err = dos_checkpoint_save_shard(dir, &meta, (uint32_t)i, 2, shard_arrays[0] + b,
+						    shard_arrays[1] + b, shard_arrays[2] + b);
+		REQUIRE(err == 0, "cannot write shard %d: %s", i, dos_last_error());
+		char path[4200];
+		snprintf(path, sizeof path, "%s/checkpoint-%d.shard-%d-of-2.dos", dir, SHARD_STEP, i);
+		FILE *f = fopen(path, "rb");
+		REQUIRE(f, "cannot read %s", path);
+		unsigned char buf[4096];
+		size_t n = fread(buf, 1, sizeof buf, f);
+		fclose(f);
+		size_t section = 16 + 4 * (size_t)meta.state_len + 4;
+		REQUIRE(n == HEADER_LEN + 3 * section, "shard %d has %zu bytes", i, n);
+		shard_crcs[i][0] = u32_at(buf, HEADER_LEN - 4);
+		for (int k = 0; k < 3; k++)
+			shard_crcs[i][k + 1] = u32_at(buf, HEADER_LEN + (size_t)(k + 1) * section - 4);
+		if (i == 0)
+			memcpy(shard_header, buf, sizeof shard_header);
+	}
+}
+
+/* Recomputes the CRCs where the file's own header_len and section lengths put them (a
+ * manifest's at its end). */
 static void fix_crcs(unsigned char *data, size_t size)
 {
 	if (size < 20)
 		return;
+	if (is_manifest(data, size)) {
+		uint32_t crc = ref_crc32c(data, size - 4);
+		memcpy(data + size - 4, &crc, sizeof crc);
+		return;
+	}
 	uint64_t header_len = u32_at(data, 16);
 	if (header_len < 24 || header_len > size)
 		return;
@@ -167,16 +246,18 @@ static void check_one(const unsigned char *data, size_t size)
 	memset(&sentinel_got, SENTINEL_BYTE, sizeof sentinel_got);
 
 	write_input(data, size);
-	int valid = oracle_valid(data, size), fd_before = lowest_free_fd();
+	int manifest = is_manifest(data, size);
+	int valid = manifest ? oracle_valid_manifest(data, size) : oracle_valid(data, size);
+	int fd_before = lowest_free_fd();
 	int err = dos_checkpoint_load(input_path, &expect, &got, arrays[0], arrays[1], arrays[2]);
 	REQUIRE(lowest_free_fd() == fd_before, "a file descriptor leaked (err = %d)", err);
 
 	if (err) {
 		REQUIRE(!valid, "a valid checkpoint of %zu bytes refused: %d (%s)", size, err, dos_last_error());
-		REQUIRE(err == -EINVAL || err == -EIO, "error %d for a malformed file, not -EINVAL or -EIO (%s)", err,
-			dos_last_error());
-		REQUIRE(strstr(dos_last_error(), input_path), "the message does not name the file: %s",
-			dos_last_error());
+		REQUIRE(err == -EINVAL || err == -EIO || (manifest && err == -ENOENT),
+			"error %d for a malformed file, not -EINVAL or -EIO (%s)", err, dos_last_error());
+		REQUIRE(strstr(dos_last_error(), manifest ? input_dir : input_path),
+			"the message does not name the file: %s", dos_last_error());
 		REQUIRE(memcmp(&got, &sentinel_got, sizeof got) == 0, "*got written on error %d (%s)", err,
 			dos_last_error());
 		REQUIRE(memcmp(arrays, sentinel_arrays, sizeof arrays) == 0, "arrays written on error %d (%s)", err,
@@ -184,6 +265,11 @@ static void check_one(const unsigned char *data, size_t size)
 		return;
 	}
 	REQUIRE(valid, "a malformed file of %zu bytes accepted", size);
+	if (manifest) { /* the shards' state, and their header's fields */
+		REQUIRE(memcmp(arrays, shard_arrays, sizeof arrays) == 0, "the shards' data differ");
+		data = shard_header;
+		REQUIRE(got.state_begin == 0 && got.state_len == NPARAMS, "the range loaded");
+	}
 	REQUIRE(got.nparams == expect.nparams && got.subgroup_size == expect.subgroup_size &&
 			got.ntensors == expect.ntensors && got.numel == expect.numel &&
 			got.weight_dtype == expect.weight_dtype && got.grad_dtype == expect.grad_dtype,
@@ -199,7 +285,7 @@ static void check_one(const unsigned char *data, size_t size)
 	for (int i = 0; i < 6; i++)
 		REQUIRE(memcmp(doubles[i], data + double_offs[i], 8) == 0, "double field at offset %zu differs",
 			double_offs[i]);
-	for (int s = 0; s < 3; s++)
+	for (int s = 0; s < 3 && !manifest; s++)
 		REQUIRE(memcmp(arrays[s], data + HEADER_LEN + (size_t)s * SECTION_LEN + 16, 4 * NPARAMS) == 0,
 			"section %d's data differ from the file's", s);
 }
@@ -207,6 +293,11 @@ static void check_one(const unsigned char *data, size_t size)
 static void remove_input(void)
 {
 	unlink(input_path);
+	for (int i = 0; i < 2; i++) {
+		char path[4200];
+		snprintf(path, sizeof path, "%s/checkpoint-%d.shard-%d-of-2.dos", input_dir, SHARD_STEP, i);
+		unlink(path);
+	}
 	rmdir(input_dir);
 }
 
@@ -251,6 +342,14 @@ static int write_seeds(const char *dir)
 		fprintf(stderr, "fuzz_checkpoint: cannot write a seed in %s: %s\n", dir, dos_last_error());
 		return 1;
 	}
+	/* a sharded checkpoint of the shards the fuzzer lays beside its inputs: its manifest */
+	write_shards(dir);
+	other = expect;
+	other.steps_done = SHARD_STEP;
+	if (dos_checkpoint_save_manifest(dir, &other, 2, 1000, path, sizeof path) != 0) {
+		fprintf(stderr, "fuzz_checkpoint: cannot write the manifest seed in %s: %s\n", dir, dos_last_error());
+		return 1;
+	}
 	other = meta;
 	other.subgroup_size = 8;
 	other.steps_done = 8888;
@@ -277,6 +376,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	}
 	snprintf(input_path, sizeof input_path, "%s/input.dos", input_dir);
 	atexit(remove_input);
+	write_shards(input_dir);
 	return 0;
 }
 
