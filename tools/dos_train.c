@@ -442,8 +442,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	int reporter = cfg.dp.rank == 0;
-	if (!reporter) /* one voice: rank 0 reports the job; the others say only what is theirs */
+	if (!reporter) { /* one voice: rank 0 reports the job (and draws its own timeline) */
 		quiet = 1;
+		plot = NULL;
+	}
 	starpu_cublas_init();
 	const char *env_policy = getenv("STARPU_SCHED");
 	const char *effective = env_policy && *env_policy ? env_policy : policy;
