@@ -17,21 +17,40 @@
 #include "train.h"
 #include "train_options.h"
 
+/* where `make install` puts data/corpus.txt and sched/machines/ (Makefile.am: pkgdatadir) */
 #ifndef DOS_DATA_DIR
 #define DOS_DATA_DIR "."
 #endif
-#ifndef DOS_MACHINES_DIR
-#define DOS_MACHINES_DIR "sched/machines"
-#endif
+
+/* A file or folder shipped at `rel` in the source tree and installed at `installed`:
+ * under DOS_SOURCE_DIR when that is set; else the checkout's own, when the program runs
+ * uninstalled from the source tree or one of its build folders (tests, demos); else the
+ * installed one, so that an installed dos-train never needs the source tree. */
+static const char *shipped_path(const char *rel, const char *installed, char *buf, size_t size)
+{
+	const char *srcdir = getenv("DOS_SOURCE_DIR");
+	if (srcdir && *srcdir) {
+		snprintf(buf, size, "%s/%s", srcdir, rel);
+		return buf;
+	}
+	const char *parents[] = {"", "../"};
+	for (size_t i = 0; i < sizeof parents / sizeof *parents; i++) {
+		snprintf(buf, size, "%s%s", parents[i], rel);
+		if (access(buf, R_OK) == 0)
+			return buf;
+	}
+	return installed;
+}
 
 /* ---- --simulate: a machine of sched/machines/ under StarPU's SimGrid variant ---------- */
 
 #ifdef STARPU_SIMGRID
-/* The machines' directory: DOS_MACHINES_DIR in the environment, else the source tree's. */
+/* The machines' folder: DOS_MACHINES_DIR in the environment, else the shipped one. */
 static const char *machines_dir(void)
 {
+	static char path[4096];
 	const char *env = getenv("DOS_MACHINES_DIR");
-	return env && *env ? env : DOS_MACHINES_DIR;
+	return env && *env ? env : shipped_path("sched/machines", DOS_DATA_DIR "/machines", path, sizeof path);
 }
 
 static void set_default(const char *name, const char *value)
@@ -288,17 +307,7 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 static const char *default_data_path(void)
 {
 	static char path[4096];
-	/* from the build tree first (the program runs uninstalled in tests and demos) */
-	const char *candidates[] = {"data/corpus.txt", "../data/corpus.txt", DOS_DATA_DIR "/corpus.txt"};
-	const char *srcdir = getenv("DOS_SOURCE_DIR");
-	if (srcdir) {
-		snprintf(path, sizeof path, "%s/data/corpus.txt", srcdir);
-		return path;
-	}
-	for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++)
-		if (access(candidates[i], R_OK) == 0)
-			return candidates[i];
-	return DOS_DATA_DIR "/corpus.txt";
+	return shipped_path("data/corpus.txt", DOS_DATA_DIR "/corpus.txt", path, sizeof path);
 }
 
 /* The final master, m, v and working weights, params floats each, one after the other.
