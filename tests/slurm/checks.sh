@@ -8,7 +8,6 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../.." && pwd)
-# shellcheck disable=SC2034 # for the checks of our own programs (dos-train's data-parallel mode)
 build=$(cd "${1:?usage: tools/slurm-local.sh tests/slurm/checks.sh BUILD_DIR}" && pwd)
 : "${SLURM_CONF:?run me through tools/slurm-local.sh}"
 work=$(mktemp -d)
@@ -60,5 +59,20 @@ srun_check "MPI ranks and size from Slurm's PMIx" 2 "$work/mpi_hello" 2
 srun_check "MPI ranks and size from Slurm's PMIx, more ranks than cores" 4 "$work/mpi_hello" 4
 srun_check "StarPU-MPI vector from rank 0 to rank 1" 2 "$work/starpu_mpi_exchange"
 
+# dos-train as a 2-rank data-parallel job under srun ends bit-identical to one process
+# accumulating the same global batch (tests/test_data_parallel.sh does the same with mpirun)
+"$build/dos-train" --preset tiny --steps 8 --quiet --accumulate 4 --dump "$work/one.bin" >"$work/one.log" 2>&1 ||
+	{ cat "$work/one.log"; echo "check-slurm: dos-train alone failed"; exit 1; }
+srun_check "dos-train data-parallel job" 2 "$build/dos-train" --preset tiny --steps 8 --quiet --accumulate 2 \
+	--dump "$work/dp.bin"
+if cmp -s "$work/one.bin" "$work/dp.bin"; then
+	pass=$((pass + 1))
+	echo "PASS: dos-train under srun -n 2 bit-identical to one process with the same global batch"
+else
+	fail=$((fail + 1))
+	echo "FAIL: dos-train under srun -n 2 differs from one process with the same global batch"
+fi
+
 echo "check-slurm: $pass passed, $fail failed"
+printf '# PASS: %d\n# FAIL: %d\n' "$pass" "$fail" >"$build/check-slurm.log"
 [[ $fail == 0 ]]
