@@ -251,3 +251,58 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 		submit_refresh(opt, t);
 	return 0;
 }
+
+void dos_optimizer_hold_state(const struct dos_optimizer *opt, enum starpu_data_access_mode mode)
+{
+	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
+	for (int i = 0; i < 3; i++)
+		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
+			starpu_data_acquire(state[i][s], mode);
+}
+
+void dos_optimizer_release_state(const struct dos_optimizer *opt)
+{
+	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
+	for (int i = 0; i < 3; i++)
+		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
+			starpu_data_release(state[i][s]);
+}
+
+int dos_optimizer_check_finite(const struct dos_optimizer *opt, uint64_t steps_done)
+{
+	const float *arrays[] = {opt->master, opt->m, opt->v};
+	const char *names[] = {"master weight", "Adam m", "Adam v"};
+	for (int a = 0; a < 3; a++)
+		for (uint64_t i = 0; i < opt->map.nparams; i++)
+			if (!isfinite(arrays[a][i]))
+				return DOS_FAIL(
+					-ERANGE,
+					"after step %llu the optimizer state is not finite: %s of parameter %llu "
+					"(subgroup %llu) is %g",
+					(unsigned long long)steps_done, names[a], (unsigned long long)i,
+					(unsigned long long)(i / opt->map.subgroup_size), (double)arrays[a][i]);
+	return 0;
+}
+
+void dos_optimizer_rebuild_weights(struct dos_optimizer *opt)
+{
+	if (opt->cfg.weight_dtype != DOS_FP32)
+		/* the 16-bit weights the update would have written from these master weights */
+		for (uint32_t s = 0; s < opt->map.nsubgroups; s++) {
+			struct starpu_task *task;
+			int err = dos_cast_task_create(opt->master_h[s], opt->weight16_h[s], opt->cfg.weight_dtype,
+						       &task);
+			STARPU_ASSERT_MSG(err == 0, "casting subgroup %u's master weights: %d", s, err);
+			submit_task(opt, task);
+		}
+	for (uint32_t t = 0; t < opt->map.ntensors; t++)
+		submit_refresh(opt, t);
+}
+
+double dos_optimizer_gpu_copies_bytes(const struct dos_optimizer *opt)
+{
+	if (!opt->copies_on_gpu)
+		return 0;
+	double per_param = (double)dos_dtype_size(opt->cfg.grad_dtype) + (opt->cfg.weight_dtype == DOS_FP32 ? 0 : 2);
+	return per_param * (double)opt->map.nparams;
+}

@@ -73,4 +73,24 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 /* Waits for the optimizer's tasks and frees everything (master, m, v are up to date). */
 void dos_optimizer_destroy(struct dos_optimizer *opt);
 
+/* Brings every subgroup's master, m and v home and holds them there in `mode` (STARPU_R to
+ * read opt->master, m, v; STARPU_RW to also write them), waiting for the updates submitted
+ * so far; dos_optimizer_release_state lets them go again. Between the two the arrays are
+ * the state, for checkpoints and the finiteness check. */
+void dos_optimizer_hold_state(const struct dos_optimizer *opt, enum starpu_data_access_mode mode);
+void dos_optimizer_release_state(const struct dos_optimizer *opt);
+/* With the state held: -ERANGE naming the first non-finite value of master, m or v (array,
+ * parameter, subgroup, after step `steps_done`), so that a NaN in the state is reported
+ * instead of being saved or trained on silently; else 0. */
+int dos_optimizer_check_finite(const struct dos_optimizer *opt, uint64_t steps_done);
+/* Submits the tasks that make every tensor's working weights what the weight refresh
+ * makes of the current master weights (in 16-bit modes through the 16-bit weights, cast
+ * first): after a checkpoint's state was loaded into opt->master, the next forward then
+ * reads exactly what it would have read without the interruption. */
+void dos_optimizer_rebuild_weights(struct dos_optimizer *opt);
+/* GPU memory the optimizer's own copies keep there during a step besides the state (the
+ * subgroups' gradients and 16-bit weights, when the copies run on the GPU), for the
+ * declaration to the dos policy (dos_sched_reserve_gpu_bytes). */
+double dos_optimizer_gpu_copies_bytes(const struct dos_optimizer *opt);
+
 #endif /* DOS_ITERATION_H */
