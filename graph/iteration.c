@@ -19,7 +19,7 @@ static void submit_task(struct dos_optimizer *opt, struct starpu_task *task)
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", task->cl->name, err);
 }
 
-static int check_config(const struct dos_optimizer_config *c)
+int dos_optimizer_config_check(const struct dos_optimizer_config *c)
 {
 	struct dos_adam_step probe;
 	int err;
@@ -28,6 +28,21 @@ static int check_config(const struct dos_optimizer_config *c)
 	if (c->grad_dtype != DOS_FP32 && c->grad_dtype != c->weight_dtype)
 		return DOS_FAIL(-EINVAL, "grad_dtype = %s must be fp32 or the weight dtype %s",
 				dos_dtype_name(c->grad_dtype), dos_dtype_name(c->weight_dtype));
+	if (c->tensor_dtype != DOS_FP32 && c->tensor_dtype != DOS_FP16 && c->tensor_dtype != DOS_BF16)
+		return DOS_FAIL(-EINVAL, "tensor_dtype = %d is not fp32, fp16 or bf16", (int)c->tensor_dtype);
+	/* 16-bit tensors convert to and from fp32 exactly or not at all: between fp16 and bf16
+	 * a value would be rounded twice */
+	if (c->tensor_dtype != DOS_FP32 && ((c->weight_dtype != DOS_FP32 && c->weight_dtype != c->tensor_dtype) ||
+					    (c->grad_dtype != DOS_FP32 && c->grad_dtype != c->tensor_dtype)))
+		return DOS_FAIL(-EINVAL,
+				"tensor_dtype = %s needs weight_dtype (%s) and grad_dtype (%s) each fp32 or %s: "
+				"converting between fp16 and bf16 would round twice",
+				dos_dtype_name(c->tensor_dtype), dos_dtype_name(c->weight_dtype),
+				dos_dtype_name(c->grad_dtype), dos_dtype_name(c->tensor_dtype));
+	/* subgroups are StarPU vectors, whose element count is 32-bit */
+	if (c->subgroup_size == 0 || c->subgroup_size > UINT32_MAX)
+		return DOS_FAIL(-EINVAL, "subgroup_size = %llu must be in [1, %u] (a StarPU vector's element count)",
+				(unsigned long long)c->subgroup_size, UINT32_MAX);
 	if ((err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)))
 		return err;
 	if (!(c->clip_norm >= 0) || !isfinite(c->clip_norm))
@@ -51,7 +66,7 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
 		return DOS_FAIL(-EINVAL, "NULL argument (cfg %p, numel %p, weights %p, grads %p, initial %p)",
 				(const void *)cfg, (const void *)numel, (void *)weights, (void *)grads,
 				(const void *)initial);
-	if ((err = check_config(cfg)))
+	if ((err = dos_optimizer_config_check(cfg)))
 		return err;
 	if ((err = dos_subgroup_map_build(&opt->map, numel, ntensors, cfg->subgroup_size)))
 		return err;
@@ -136,8 +151,8 @@ static void submit_gather(struct dos_optimizer *opt, uint32_t s)
 						    .len = p->len};
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, DOS_FP32, count, pieces,
-					     count, opt->cfg.sched_ctx, &task);
+	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, opt->cfg.tensor_dtype, count,
+					     pieces, count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
@@ -161,8 +176,8 @@ static void submit_refresh(struct dos_optimizer *opt, uint32_t t)
 						    .len = p->len};
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(opt->tensor_weight[t], DOS_FP32, sources, opt->cfg.weight_dtype, count,
-					     pieces, count, opt->cfg.sched_ctx, &task);
+	int err = _dos_flat_copy_task_create(opt->tensor_weight[t], opt->cfg.tensor_dtype, sources,
+					     opt->cfg.weight_dtype, count, pieces, count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the weight refresh of tensor %u", t);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;

@@ -34,6 +34,12 @@ struct dos_optimizer_config {
 	double loss_scale_init;     /* dynamic: initial scale (e.g. 65536); else ignored (1) */
 	uint32_t loss_scale_window; /* dynamic: steps without overflow before the scale doubles */
 	unsigned sched_ctx;
+	/* dtype of every tensor's weight and gradient handle: DOS_FP32 (the default: zero), or
+	 * a 16-bit dtype for applications that keep 16-bit tensors; the gather then widens or
+	 * copies their gradients, the refresh narrows the master weights (fp32 mode) or copies
+	 * the 16-bit weights, so it must equal weight_dtype and grad_dtype unless they are fp32
+	 * (a conversion between two 16-bit formats would round twice) */
+	enum dos_dtype tensor_dtype;
 };
 
 struct dos_optimizer {
@@ -59,9 +65,13 @@ struct dos_step_report {
 	uint32_t overflow_subgroup; /* first subgroup with inf/nan gradients, when skipped */
 };
 
-/* Creates the optimizer over `ntensors` tensors (weights: fp32 handles the refresh
- * writes; grads: fp32 handles backward writes), with master weights initialised from
- * `initial` (flat, fp32). Errors: -EINVAL naming the bad field (NULL, subgroup size, dtypes,
+/* Checks a configuration as dos_optimizer_create does, before anything is allocated:
+ * -EINVAL naming the bad field (dtypes, hyper-parameters, clip_norm < 0, loss-scale
+ * settings, a subgroup larger than a StarPU vector), else 0. */
+int dos_optimizer_config_check(const struct dos_optimizer_config *cfg);
+/* Creates the optimizer over `ntensors` tensors (weights: handles of cfg->tensor_dtype the
+ * refresh writes; grads: handles of cfg->tensor_dtype backward writes), with master
+ * weights initialised from `initial` (flat, fp32). Errors: -EINVAL naming the bad field (NULL, subgroup size, dtypes,
  * hyper-parameters, clip_norm < 0, loss-scale settings), -ENOMEM. */
 int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_config *cfg, uint32_t ntensors,
 			 const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
