@@ -263,7 +263,7 @@ struct dos_opt_tensor {
 struct dos_opt_config {
 	struct dos_adam_hparams hp;
 	/* parameters per subgroup, the unit the dos policy places on a CPU or GPU worker
-	 * (1 to 2^32 - 1; more than the model has: one subgroup) */
+	 * (1 to 2^32 - 1, or more than the model has: then one subgroup) */
 	uint64_t subgroup_size;
 	enum dos_dtype tensor_dtype; /* of every tensor's weight and gradient */
 	/* DOS_FP32: the refresh writes the master weights (narrowed to tensor_dtype);
@@ -327,8 +327,8 @@ struct dos_opt_step_report {
  * so far write (the step's tasks wait for them through the handles) and returns at once,
  * except when 4 earlier steps still run (it waits for the oldest: the dos policy plans
  * that many steps ahead at most), or with clipping or loss scaling on, where it waits
- * for the gradients and their global norm. Gradients given as buffers must be written before this call. `report`
- * may be NULL. Errors: -EINVAL for a NULL opt. */
+ * for the gradients and their global norm. Gradients given as buffers must be written
+ * before this call. `report` may be NULL. Errors: -EINVAL for a NULL opt. */
 int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report);
 
 /* Waits until every task the optimizer submitted has ended, and brings weights given as
@@ -403,13 +403,16 @@ int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_
 int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, size_t path_size);
 
 /* Replaces the state with that of the checkpoint at `path` (made by dos_opt_save or
- * dos-train for the same tensor sizes, subgroup size and dtypes) after the optimizer's
+ * dos-train for the same tensor sizes, subgroup size and dtypes) once the optimizer's
  * tasks so far have ended, and submits the tasks that make the tensors' weights what the
- * interrupted training had (weights given as buffers: after dos_opt_wait): N steps,
- * save, load, M steps end bit-identical to N + M steps. The whole file is verified before anything changes. Errors:
- * -EINVAL for a NULL opt or path, a file that is not a checkpoint or is of another version or another layout (the
- * message names the field, its value and the expected one); -EIO for a truncated or corrupted file (the message names
- * the section); a negative errno from opening it. */
+ * interrupted training had (weights given as buffers: after dos_opt_wait). N steps,
+ * save, load, M steps end bit-identical to N + M steps. The whole file is verified
+ * before anything changes. Errors: -EINVAL for a NULL opt or path, a file that is not a
+ * checkpoint or is of another version or another layout (the message names the field,
+ * its value and the expected one); -EIO for a truncated or corrupted file (the message
+ * names the section); a negative errno from opening it. Nothing changes on an error,
+ * except after -EIO saying the file "changed while being read" (between the verifying
+ * and the reading pass), which may leave the state partly overwritten. */
 int dos_opt_load(dos_opt_t opt, const char *path);
 
 /* The path of the most recent checkpoint-<N>.dos in `dir` (highest N), into path (of
