@@ -201,11 +201,6 @@ static void wait_idle(struct dos_opt *opt)
 
 /* ---- creation ------------------------------------------------------------------------- */
 
-static const char *memory_name(enum dos_memory m)
-{
-	return m == DOS_MEMORY_HOST ? "host" : m == DOS_MEMORY_CUDA ? "cuda" : "invalid";
-}
-
 /* The checks that need no StarPU: sizes, one source per array, locations. */
 static int check_tensors(uint32_t ntensors, const struct dos_opt_tensor *tensors, int *uses_handles)
 {
