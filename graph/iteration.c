@@ -19,7 +19,7 @@ static void submit_task(struct dos_optimizer *opt, struct starpu_task *task)
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", task->cl->name, err);
 }
 
-static int check_config(const struct dos_optimizer_config *c)
+int dos_optimizer_config_check(const struct dos_optimizer_config *c)
 {
 	struct dos_adam_step probe;
 	int err;
@@ -28,6 +28,21 @@ static int check_config(const struct dos_optimizer_config *c)
 	if (c->grad_dtype != DOS_FP32 && c->grad_dtype != c->weight_dtype)
 		return DOS_FAIL(-EINVAL, "grad_dtype = %s must be fp32 or the weight dtype %s",
 				dos_dtype_name(c->grad_dtype), dos_dtype_name(c->weight_dtype));
+	if (c->tensor_dtype != DOS_FP32 && c->tensor_dtype != DOS_FP16 && c->tensor_dtype != DOS_BF16)
+		return DOS_FAIL(-EINVAL, "tensor_dtype = %d is not fp32, fp16 or bf16", (int)c->tensor_dtype);
+	/* 16-bit tensors convert to and from fp32 exactly or not at all: between fp16 and bf16
+	 * a value would be rounded twice */
+	if (c->tensor_dtype != DOS_FP32 && ((c->weight_dtype != DOS_FP32 && c->weight_dtype != c->tensor_dtype) ||
+					    (c->grad_dtype != DOS_FP32 && c->grad_dtype != c->tensor_dtype)))
+		return DOS_FAIL(-EINVAL,
+				"tensor_dtype = %s needs weight_dtype (%s) and grad_dtype (%s) each fp32 or %s: "
+				"converting between fp16 and bf16 would round twice",
+				dos_dtype_name(c->tensor_dtype), dos_dtype_name(c->weight_dtype),
+				dos_dtype_name(c->grad_dtype), dos_dtype_name(c->tensor_dtype));
+	/* subgroups are StarPU vectors, whose element count is 32-bit */
+	if (c->subgroup_size == 0 || c->subgroup_size > UINT32_MAX)
+		return DOS_FAIL(-EINVAL, "subgroup_size = %llu must be in [1, %u] (a StarPU vector's element count)",
+				(unsigned long long)c->subgroup_size, UINT32_MAX);
 	if ((err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)))
 		return err;
 	if (!(c->clip_norm >= 0) || !isfinite(c->clip_norm))
@@ -55,7 +70,7 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
 		return DOS_FAIL(-EINVAL, "NULL argument (cfg %p, numel %p, weights %p, grads %p, initial %p)",
 				(const void *)cfg, (const void *)numel, (void *)weights, (void *)grads,
 				(const void *)initial);
-	if ((err = check_config(cfg)))
+	if ((err = dos_optimizer_config_check(cfg)))
 		return err;
 	if ((err = dos_subgroup_map_build(&opt->map, numel, ntensors, cfg->subgroup_size)))
 		return err;
@@ -156,8 +171,8 @@ static void submit_gather(struct dos_optimizer *opt, uint32_t s)
 						    .len = p->len};
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, DOS_FP32, count, pieces,
-					     count, opt->cfg.sched_ctx, &task);
+	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, opt->cfg.tensor_dtype, count,
+					     pieces, count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
@@ -180,8 +195,8 @@ static void submit_refresh(struct dos_optimizer *opt, uint32_t t)
 						    .len = p->len};
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(opt->tensor_weight[t], DOS_FP32, sources, opt->cfg.weight_dtype, count,
-					     pieces, count, opt->cfg.sched_ctx, &task);
+	int err = _dos_flat_copy_task_create(opt->tensor_weight[t], opt->cfg.tensor_dtype, sources,
+					     opt->cfg.weight_dtype, count, pieces, count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the weight refresh of tensor %u", t);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
@@ -313,4 +328,63 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	for (uint32_t t = 0; t < opt->map.ntensors; t++)
 		submit_refresh(opt, t);
 	return 0;
+}
+
+void dos_optimizer_hold_state(const struct dos_optimizer *opt, enum starpu_data_access_mode mode)
+{
+	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
+	for (int i = 0; i < 3; i++)
+		for (uint32_t s = opt->own_first; s < opt->own_end; s++)
+			starpu_data_acquire(state[i][s], mode);
+}
+
+void dos_optimizer_release_state(const struct dos_optimizer *opt)
+{
+	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
+	for (int i = 0; i < 3; i++)
+		for (uint32_t s = opt->own_first; s < opt->own_end; s++)
+			starpu_data_release(state[i][s]);
+}
+
+int dos_optimizer_check_finite(const struct dos_optimizer *opt, uint64_t steps_done)
+{
+	const float *arrays[] = {opt->master, opt->m, opt->v};
+	const char *names[] = {"master weight", "Adam m", "Adam v"};
+	for (int a = 0; a < 3; a++)
+		for (uint64_t i = 0; i < opt->state_len; i++)
+			if (!isfinite(arrays[a][i])) {
+				uint64_t param = opt->state_begin + i;
+				return DOS_FAIL(-ERANGE,
+						"after step %llu the optimizer state is not finite: %s of parameter "
+						"%llu (subgroup %llu) is %g",
+						(unsigned long long)steps_done, names[a], (unsigned long long)param,
+						(unsigned long long)(param / opt->map.subgroup_size),
+						(double)arrays[a][i]);
+			}
+	return 0;
+}
+
+void dos_optimizer_rebuild_weights(struct dos_optimizer *opt)
+{
+	if (opt->cfg.weight_dtype != DOS_FP32)
+		/* the 16-bit weights the update would have written from these master weights */
+		for (uint32_t s = opt->own_first; s < opt->own_end; s++) {
+			struct starpu_task *task;
+			int err = dos_cast_task_create(opt->master_h[s], opt->weight16_h[s], opt->cfg.weight_dtype,
+						       &task);
+			STARPU_ASSERT_MSG(err == 0, "casting subgroup %u's master weights: %d", s, err);
+			submit_task(opt, task);
+		}
+	if (dos_dp_size(&opt->cfg.dp) > 1) /* each rank's, to the others */
+		exchange_weights(opt);
+	for (uint32_t t = 0; t < opt->map.ntensors; t++)
+		submit_refresh(opt, t);
+}
+
+double dos_optimizer_gpu_copies_bytes(const struct dos_optimizer *opt)
+{
+	if (!opt->copies_on_gpu)
+		return 0;
+	double per_param = (double)dos_dtype_size(opt->cfg.grad_dtype) + (opt->cfg.weight_dtype == DOS_FP32 ? 0 : 2);
+	return per_param * (double)opt->map.nparams;
 }

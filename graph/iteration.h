@@ -35,6 +35,12 @@ struct dos_optimizer_config {
 	double loss_scale_init;     /* dynamic: initial scale (e.g. 65536); else ignored (1) */
 	uint32_t loss_scale_window; /* dynamic: steps without overflow before the scale doubles */
 	unsigned sched_ctx;
+	/* dtype of every tensor's weight and gradient handle: DOS_FP32 (the default: zero), or
+	 * a 16-bit dtype for applications that keep 16-bit tensors; the gather then widens or
+	 * copies their gradients, the refresh narrows the master weights (fp32 mode) or copies
+	 * the 16-bit weights, so it must equal weight_dtype and grad_dtype unless they are fp32
+	 * (a conversion between two 16-bit formats would round twice) */
+	enum dos_dtype tensor_dtype;
 	/* data parallelism (data_parallel.h): this rank keeps the state of its own subgroups
 	 * only; zero: a single process */
 	struct dos_data_parallel dp;
@@ -70,9 +76,13 @@ struct dos_step_report {
 	uint32_t overflow_subgroup; /* first subgroup with inf/nan gradients, when skipped */
 };
 
-/* Creates the optimizer over `ntensors` tensors (weights: fp32 handles the refresh
- * writes; grads: fp32 handles backward writes), with master weights initialised from
- * `initial` (flat, fp32). Errors: -EINVAL naming the bad field (NULL, subgroup size, dtypes,
+/* Checks a configuration as dos_optimizer_create does, before anything is allocated:
+ * -EINVAL naming the bad field (dtypes, hyper-parameters, clip_norm < 0, loss-scale
+ * settings, a subgroup larger than a StarPU vector), else 0. */
+int dos_optimizer_config_check(const struct dos_optimizer_config *cfg);
+/* Creates the optimizer over `ntensors` tensors (weights: handles of cfg->tensor_dtype the
+ * refresh writes; grads: handles of cfg->tensor_dtype backward writes), with master
+ * weights initialised from `initial` (flat, fp32). Errors: -EINVAL naming the bad field (NULL, subgroup size, dtypes,
  * hyper-parameters, clip_norm < 0, loss-scale settings), -ENOMEM. */
 int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_config *cfg, uint32_t ntensors,
 			 const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
@@ -83,5 +93,25 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
 int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report *report);
 /* Waits for the optimizer's tasks and frees everything (master, m, v are up to date). */
 void dos_optimizer_destroy(struct dos_optimizer *opt);
+
+/* Brings every subgroup's master, m and v home and holds them there in `mode` (STARPU_R to
+ * read opt->master, m, v; STARPU_RW to also write them), waiting for the updates submitted
+ * so far; dos_optimizer_release_state lets them go again. Between the two the arrays are
+ * the state, for checkpoints and the finiteness check. */
+void dos_optimizer_hold_state(const struct dos_optimizer *opt, enum starpu_data_access_mode mode);
+void dos_optimizer_release_state(const struct dos_optimizer *opt);
+/* With the state held: -ERANGE naming the first non-finite value of master, m or v (array,
+ * parameter, subgroup, after step `steps_done`), so that a NaN in the state is reported
+ * instead of being saved or trained on silently; else 0. */
+int dos_optimizer_check_finite(const struct dos_optimizer *opt, uint64_t steps_done);
+/* Submits the tasks that make every tensor's working weights what the weight refresh
+ * makes of the current master weights (in 16-bit modes through the 16-bit weights, cast
+ * first): after a checkpoint's state was loaded into opt->master, the next forward then
+ * reads exactly what it would have read without the interruption. */
+void dos_optimizer_rebuild_weights(struct dos_optimizer *opt);
+/* GPU memory the optimizer's own copies keep there during a step besides the state (the
+ * subgroups' gradients and 16-bit weights, when the copies run on the GPU), for the
+ * declaration to the dos policy (dos_sched_reserve_gpu_bytes). */
+double dos_optimizer_gpu_copies_bytes(const struct dos_optimizer *opt);
 
 #endif /* DOS_ITERATION_H */

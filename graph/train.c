@@ -10,7 +10,6 @@
 #include "checkpoint.h"
 #include "errors.h"
 #include "host_memory.h"
-#include "numerics.h"
 #include "train.h"
 
 /* StarPU's clock: simulated time under SimGrid, real time otherwise. */
@@ -67,11 +66,10 @@ static void declare_gpu_memory(const struct dos_train_config *cfg, const struct 
 	struct dos_sched_stats stats;
 	if (starpu_cuda_worker_get_count() == 0 || dos_sched_get_stats(cfg->sched_ctx, &stats) != 0)
 		return;
-	double per_param = (double)dos_dtype_size(opt->cfg.grad_dtype) + (opt->cfg.weight_dtype == DOS_FP32 ? 0 : 2);
 	double model_bytes = (double)dos_model_gpu_bytes(model);
 	double activations = model_bytes - 8.0 * (double)model->nparams;
 	dos_sched_reserve_gpu_bytes(cfg->sched_ctx, model_bytes + (cfg->accumulation > 1 ? activations : 0) +
-							    per_param * (double)model->nparams);
+							    dos_optimizer_gpu_copies_bytes(opt));
 }
 
 /* The checkpoint's description of this run after `steps_done` steps. */
@@ -97,40 +95,6 @@ static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config 
 
 /* Saves the state after `steps_done` steps: waits for that step's updates (reading every
  * subgroup's state where it is home), writes, and lets the next step go on. */
-/* With every subgroup's state home and readable: an error naming the first non-finite value
- * of master, m or v (array, parameter, subgroup, step), so that a NaN in the state is
- * reported instead of being saved or trained on silently. */
-static int check_state_finite(const struct dos_optimizer *opt, uint64_t steps_done)
-{
-	const float *arrays[] = {opt->master, opt->m, opt->v};
-	const char *names[] = {"master weight", "Adam m", "Adam v"};
-	for (int a = 0; a < 3; a++)
-		for (uint64_t i = 0; i < opt->state_len; i++)
-			if (!isfinite(arrays[a][i])) {
-				uint64_t param = opt->state_begin + i;
-				return DOS_FAIL(-ERANGE,
-						"after step %llu the optimizer state is not finite: %s of parameter "
-						"%llu (subgroup %llu) is %g; not saved, training stopped",
-						(unsigned long long)steps_done, names[a], (unsigned long long)param,
-						(unsigned long long)(param / opt->map.subgroup_size),
-						(double)arrays[a][i]);
-			}
-	return 0;
-}
-
-/* Brings every subgroup's master, m and v home and holds them readable there (hold = 1:
- * waits for the updates submitted so far), or lets them go again (hold = 0). */
-static void hold_state_home(const struct dos_optimizer *opt, int hold)
-{
-	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
-	for (int i = 0; i < 3; i++)
-		for (uint32_t s = opt->own_first; s < opt->own_end; s++)
-			if (hold)
-				starpu_data_acquire(state[i][s], STARPU_R);
-			else
-				starpu_data_release(state[i][s]);
-}
-
 /* In a data-parallel job every rank that keeps state saves its shard and, once all have
  * (or one failed: then every rank fails), rank 0 writes the manifest. The checkpoint
  * directory must be shared by the ranks (a parallel file system on a cluster). */
@@ -147,9 +111,9 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 		my_shard += r < dp->rank && end > first;
 		shards += end > first;
 	}
-	hold_state_home(opt, 1);
+	dos_optimizer_hold_state(opt, STARPU_R);
 	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, steps_done);
-	int err = check_state_finite(opt, steps_done);
+	int err = dos_optimizer_check_finite(opt, steps_done);
 	if (!err && shards == 1 && opt->state_len > 0)
 		err = dos_checkpoint_save(cfg->checkpoint_dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
 	else if (!err && opt->state_len > 0) {
@@ -158,7 +122,7 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 		err = dos_checkpoint_save_shard(cfg->checkpoint_dir, &meta, my_shard, shards, opt->master, opt->m,
 						opt->v);
 	}
-	hold_state_home(opt, 0);
+	dos_optimizer_release_state(opt);
 	if (ranks == 1)
 		return err;
 	if (dos_dp_sum(err != 0) > 0)
@@ -177,9 +141,10 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 }
 
 /* Before any task runs (every handle's only copy is its home): the latest checkpoint's
- * state, the working weights the weight refresh makes of its master weights, the step
- * counters and the batch order. */
-static int resume_from_checkpoint(const struct dos_train_config *cfg, struct dos_model *model,
+ * state, the step counters and the batch order; the caller then has tasks make the working
+ * weights what the weight refresh makes of those master weights (once every rank has
+ * loaded: the rebuild sends each rank's weights to the others). */
+static int resume_from_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model,
 				  struct dos_optimizer *opt, struct dos_corpus *corpus, uint64_t *steps_done)
 {
 	char path[4096];
@@ -187,24 +152,16 @@ static int resume_from_checkpoint(const struct dos_train_config *cfg, struct dos
 	if (err)
 		return err == -ENOENT ? DOS_FAIL(-ENOENT, "--resume: no checkpoint in %s", cfg->checkpoint_dir) : err;
 	struct dos_checkpoint_meta expect = checkpoint_meta(cfg, model, opt, corpus, 0), got;
-	/* A rank of a data-parallel job keeps part of the state but needs every weight: it
-	 * reads the master weights of all (into the working weights), then its own state.
-	 * Either kind of checkpoint, of any number of shards, serves any number of ranks. */
-	int whole = opt->state_len == model->nparams;
-	float *masters = whole ? opt->master : model->weights;
-	if (!whole && (err = dos_checkpoint_load_range(path, &expect, 0, model->nparams, &got, masters, NULL, NULL)))
+	/* A rank of a data-parallel job reads its own part of the state (a rank that keeps
+	 * none, only the counters); the weight rebuild sends each rank's to the others. Either
+	 * kind of checkpoint, of any number of shards, serves any number of ranks. */
+	if (opt->state_len)
+		err = dos_checkpoint_load_range(path, &expect, opt->state_begin, opt->state_len, &got, opt->master,
+						opt->m, opt->v);
+	else
+		err = dos_checkpoint_load_range(path, &expect, 0, 1, &got, NULL, NULL, NULL);
+	if (err)
 		return err;
-	if (opt->state_len && (err = dos_checkpoint_load_range(path, &expect, opt->state_begin, opt->state_len, &got,
-							       opt->master, opt->m, opt->v)))
-		return err;
-	for (uint64_t i = 0; i < model->nparams; i++) {
-		float w = masters[i]; /* what the update writes, widened back (fp32: itself) */
-		if (opt->cfg.weight_dtype == DOS_BF16)
-			w = dos_bf16_to_float(dos_float_to_bf16(w));
-		else if (opt->cfg.weight_dtype == DOS_FP16)
-			w = dos_fp16_to_float(dos_float_to_fp16(w));
-		model->weights[i] = w;
-	}
 	opt->step = got.step;
 	opt->skipped_steps = got.skipped_steps;
 	opt->loss_scale = got.loss_scale;
@@ -274,6 +231,8 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		err = resume_from_checkpoint(cfg, &model, &opt, &corpus, &first_step);
 	if (dos_dp_sum(err != 0) > 0 && !err) /* every rank resumes, or none */
 		err = DOS_FAIL(-EIO, "--resume: another rank could not load its part of the checkpoint");
+	if (!err && first_step > 0)
+		dos_optimizer_rebuild_weights(&opt);
 	if (err) {
 		dos_optimizer_destroy(&opt);
 		dos_model_destroy(&model);
@@ -368,9 +327,9 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 			if (loss_slots[i][a])
 				starpu_data_unregister(loss_slots[i][a]);
 	if (!err && DOS_VALUES_ARE_REAL) { /* the final state, once home */
-		hold_state_home(&opt, 1);
-		err = check_state_finite(&opt, cfg->steps);
-		hold_state_home(&opt, 0);
+		dos_optimizer_hold_state(&opt, STARPU_R);
+		err = dos_optimizer_check_finite(&opt, cfg->steps);
+		dos_optimizer_release_state(&opt);
 	}
 	if (out) {
 		out->seconds = now_seconds() - start;

@@ -213,6 +213,220 @@ int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);
  * `bytes` or a context not run by one of our policies. */
 int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes);
 
+/* ---- Embedding the optimizer in a StarPU application ----------------------------------
+ * An optimizer (dos_opt_t) keeps the fp32 master weights and Adam moments of an
+ * application's parameters in host memory, cut into subgroups of `subgroup_size`
+ * parameters (a subgroup may straddle tensors), and submits each step as StarPU tasks:
+ * per subgroup a gather of its gradient from the tensors' gradients and an Adam update
+ * (placed on a CPU or GPU worker by the dos policy), per tensor a refresh of its working
+ * weights. The tasks reach the application's data through its handles, so they follow
+ * its tasks in submission order (sequential consistency): submit forward and backward,
+ * then dos_opt_submit_step, then the next forward; nothing blocks.
+ *
+ * StarPU: when the application has not called starpu_init, dos_opt_create initialises
+ * StarPU with the dos policy (cfg.starpu_conf, else defaults) and the last optimizer
+ * destroyed shuts it down. When it has, the optimizer's tasks run in a scheduling context
+ * of their own run by the dos policy, sharing the application's workers; the
+ * application's own context and policy are left as they are, and its tasks are never
+ * scheduled by us. The sched_ctx field of dos_opt_get_info names the context.
+ *
+ * One thread at a time per optimizer. Functions that return int return 0 or a negative
+ * errno, with the message in dos_last_error(), and change nothing when they fail. */
+
+/* An optimizer made by dos_opt_create. */
+typedef struct dos_opt *dos_opt_t;
+
+/* Where the buffers of a struct dos_opt_tensor live. */
+enum dos_memory {
+	DOS_MEMORY_HOST = 0, /* host memory */
+	DOS_MEMORY_CUDA = 1, /* memory of CUDA device cuda_device (a StarPU CUDA worker must use it) */
+};
+
+/* One tensor of the application: its working weights (which each step's refresh
+ * overwrites) and its gradient (which the application's backward writes), each given
+ * either as a StarPU handle the application registered (a vector of numel elements of
+ * cfg.tensor_dtype; the application's tasks use it) or as a buffer that dos_opt_create
+ * registers and dos_opt_destroy unregisters. Buffers do not take part in the
+ * application's task graph: write the gradient before dos_opt_submit_step, and read the
+ * weights after dos_opt_wait. Set exactly one of weight and weight_ptr, and of grad and
+ * grad_ptr. */
+struct dos_opt_tensor {
+	uint64_t numel;              /* elements, 1 to 2^32 - 1 (a StarPU vector's count) */
+	starpu_data_handle_t weight; /* the application's handle, or NULL ... */
+	void *weight_ptr;            /* ... and a buffer of numel elements */
+	starpu_data_handle_t grad;
+	void *grad_ptr;
+	enum dos_memory location; /* of weight_ptr and grad_ptr */
+	int cuda_device;          /* DOS_MEMORY_CUDA: the CUDA device number */
+};
+
+struct dos_opt_config {
+	struct dos_adam_hparams hp;
+	/* parameters per subgroup, the unit the dos policy places on a CPU or GPU worker
+	 * (1 to 2^32 - 1, or more than the model has: then one subgroup) */
+	uint64_t subgroup_size;
+	enum dos_dtype tensor_dtype; /* of every tensor's weight and gradient */
+	/* DOS_FP32: the refresh writes the master weights (narrowed to tensor_dtype);
+	 * DOS_FP16/DOS_BF16: the update also writes 16-bit weights, which the refresh copies
+	 * (or widens to fp32 tensors). With 16-bit tensors it must be fp32 or tensor_dtype. */
+	enum dos_dtype weight_dtype;
+	/* the gathered subgroup gradient: fp32, or weight_dtype (half the bytes to move);
+	 * with 16-bit tensors, fp32 or tensor_dtype */
+	enum dos_dtype grad_dtype;
+	double clip_norm; /* global gradient-norm clipping as torch.nn.utils.clip_grad_norm_; 0: off */
+	/* dynamic loss scaling: the application multiplies its loss gradient by
+	 * dos_opt_info.loss_scale; a step whose gradients hold inf or nan is skipped (the
+	 * state stays bit for bit) and halves the scale, loss_scale_window good steps in a
+	 * row double it. Clipping and loss scaling make dos_opt_submit_step wait for the
+	 * step's gradients (the global norm is a barrier). */
+	int dynamic_loss_scale;
+	double loss_scale_init;     /* >= 1 */
+	uint32_t loss_scale_window; /* > 0 */
+	/* the policy of the optimizer's context: NULL for "dos", or "all-cpu", "stride",
+	 * "resident" (the baselines, for comparisons) */
+	const char *policy;
+	/* used only when dos_opt_create initialises StarPU (its sched_policy is replaced by
+	 * ours); NULL: StarPU's defaults and environment */
+	const struct starpu_conf *starpu_conf;
+	/* GPU memory the application's own tasks keep during an iteration (weights,
+	 * gradients, the peak of activations), which the dos policy leaves them; >= 0 */
+	double app_gpu_bytes;
+};
+
+/* Fills `cfg` with the defaults: Adam (torch.optim.Adam: lr 1e-3, betas 0.9 and 0.999,
+ * eps 1e-8, no weight decay), subgroups of 2^24 parameters, fp32 everywhere, no clipping,
+ * no loss scaling (loss_scale_init 65536 and loss_scale_window 2000 once it is turned on),
+ * policy "dos". Errors: -EINVAL for a NULL cfg. */
+int dos_opt_config_init(struct dos_opt_config *cfg);
+
+/* Creates an optimizer over `ntensors` tensors, in flat order (tensor 0 first); master
+ * weights start from the tensors' weights (widened to fp32), which must hold their
+ * initial values or be written by tasks already submitted (this call waits for them), and
+ * m and v from zero. Initialises StarPU when the application has not (see above). On
+ * success *out is the optimizer; on failure it is NULL and nothing was changed (StarPU
+ * initialised here is shut down again, buffers registered here are unregistered).
+ * Errors: -EINVAL for a NULL out, cfg or tensors, ntensors 0, a bad configuration field
+ * (named with its value), a tensor with numel 0 or above 2^32 - 1, without or with both a
+ * handle and a buffer for its weight or gradient, a handle that is not a vector of numel
+ * elements of tensor_dtype, a handle used twice, handles while StarPU is not initialised,
+ * a location outside enum dos_memory, a CUDA device no StarPU CUDA worker uses, an
+ * unknown policy; -ENODEV when StarPU finds no worker; -ENOMEM. */
+int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t ntensors,
+		   const struct dos_opt_tensor *tensors);
+
+/* What dos_opt_submit_step did. */
+struct dos_opt_step_report {
+	int applied;                /* 0: skipped because some gradient held inf or nan */
+	double grad_norm;           /* global norm of the unscaled gradients, when clipping or loss
+				       scaling is on; else -1 */
+	double loss_scale_used;     /* 1 without dynamic loss scaling */
+	uint32_t overflow_subgroup; /* first subgroup with inf or nan gradients, when skipped */
+};
+
+/* Submits one optimizer step over the gradients that the application's tasks submitted
+ * so far write (the step's tasks wait for them through the handles) and returns at once,
+ * except when 4 earlier steps still run (it waits for the oldest: the dos policy plans
+ * that many steps ahead at most), or with clipping or loss scaling on, where it waits
+ * for the gradients and their global norm. Gradients given as buffers must be written
+ * before this call. `report` may be NULL. Errors: -EINVAL for a NULL opt. */
+int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report);
+
+/* Waits until every task the optimizer submitted has ended, and brings weights given as
+ * buffers up to date in their buffers. Errors: -EINVAL for a NULL opt. */
+int dos_opt_wait(dos_opt_t opt);
+
+struct dos_opt_info {
+	uint64_t nparams;       /* sum of the tensors' numel */
+	uint64_t subgroup_size; /* as used: cfg.subgroup_size, at most nparams */
+	uint32_t ntensors, nsubgroups;
+	uint64_t steps_submitted; /* steps submitted (or loaded from a checkpoint), skipped ones included */
+	uint64_t updates_applied; /* Adam's step count t */
+	uint64_t skipped_steps;   /* steps skipped for inf or nan gradients */
+	double loss_scale;        /* multiply the loss gradient by it; 1 without dynamic loss scaling */
+	unsigned sched_ctx;       /* the scheduling context the optimizer's tasks run in */
+	int owns_starpu;          /* 1: StarPU was initialised by dos_opt_create */
+};
+
+/* Errors: -EINVAL for a NULL opt or out. */
+int dos_opt_get_info(dos_opt_t opt, struct dos_opt_info *out);
+
+enum dos_device {
+	DOS_DEVICE_NONE = 0, /* no update of this subgroup has ended yet */
+	DOS_DEVICE_CPU = 1,
+	DOS_DEVICE_GPU = 2,
+};
+
+/* Where the last update of each subgroup that has ended ran: where[s] for every
+ * subgroup s. Errors: -EINVAL for a NULL opt or where, or count other than the number of
+ * subgroups. */
+int dos_opt_get_placements(dos_opt_t opt, enum dos_device *where, uint32_t count);
+
+/* The phases of one optimizer step, in task order. */
+enum dos_opt_phase {
+	DOS_PHASE_GATHER = 0,  /* subgroup gradients from the tensors' gradients */
+	DOS_PHASE_STATS = 1,   /* gradient statistics (clipping, loss scaling only) */
+	DOS_PHASE_UPDATE = 2,  /* Adam */
+	DOS_PHASE_REFRESH = 3, /* tensors' working weights from the subgroups */
+	DOS_PHASE_COUNT = 4,
+};
+
+/* Times of the latest step all of whose tasks have ended. A task's time runs from the
+ * moment a worker took it (its input transfers included) to its end, on StarPU's clock
+ * (simulated time under SimGrid). */
+struct dos_opt_step_times {
+	uint64_t step;                        /* 1-based, as steps_submitted counts; 0: none ended yet */
+	uint32_t tasks[DOS_PHASE_COUNT];      /* tasks of each phase */
+	double busy_seconds[DOS_PHASE_COUNT]; /* their times summed (workers run side by side) */
+	double span_seconds[DOS_PHASE_COUNT]; /* first taken to last ended; 0 for no task */
+	double step_seconds;                  /* first task taken to last task ended */
+	uint32_t cpu_updates, gpu_updates;    /* where the step's updates ran */
+};
+
+/* Errors: -EINVAL for a NULL opt or out. */
+int dos_opt_get_step_times(dos_opt_t opt, struct dos_opt_step_times *out);
+
+/* Copies the state, after the updates submitted so far, into the arrays given (each
+ * `count` floats, or NULL to skip it). Waits for those updates. Errors: -EINVAL for a
+ * NULL opt, all three arrays NULL, or count other than the parameter count. */
+int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_t count);
+
+/* Saves the state after the steps submitted so far (it waits for their updates) as
+ * "checkpoint-<steps_submitted>.dos" in the existing directory `dir`, written atomically
+ * (a crash leaves the previous checkpoint intact), and deletes the older checkpoint-*.dos
+ * files there beyond the `keep` most recent. The path written goes to path_out (of
+ * path_size bytes) unless it is NULL. The file holds master weights, m, v, the step
+ * counters and loss scale, the tensors' sizes and the subgroup size, each section with a
+ * CRC32C. Errors: -EINVAL for a NULL opt or dir, keep 0; -ERANGE when the state holds
+ * inf or nan (nothing written; the message names the value); -ENAMETOOLONG when
+ * path_out is too small; a negative errno naming the file and the operation from the
+ * file system. */
+int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, size_t path_size);
+
+/* Replaces the state with that of the checkpoint at `path` (made by dos_opt_save or
+ * dos-train for the same tensor sizes, subgroup size and dtypes) once the optimizer's
+ * tasks so far have ended, and submits the tasks that make the tensors' weights what the
+ * interrupted training had (weights given as buffers: after dos_opt_wait). N steps,
+ * save, load, M steps end bit-identical to N + M steps. The whole file is verified
+ * before anything changes. Errors: -EINVAL for a NULL opt or path, a file that is not a
+ * checkpoint or is of another version or another layout (the message names the field,
+ * its value and the expected one); -EIO for a truncated or corrupted file (the message
+ * names the section); a negative errno from opening it. Nothing changes on an error,
+ * except after -EIO saying the file "changed while being read" (between the verifying
+ * and the reading pass), which may leave the state partly overwritten. */
+int dos_opt_load(dos_opt_t opt, const char *path);
+
+/* The path of the most recent checkpoint-<N>.dos in `dir` (highest N), into path (of
+ * path_size bytes), for resuming. Errors: -EINVAL for a NULL dir or path; -ENOENT when
+ * there is none; -ENAMETOOLONG when path is too small; a negative errno from reading
+ * the directory. */
+int dos_opt_latest_checkpoint(const char *dir, char *path, size_t path_size);
+
+/* Waits for the optimizer's tasks, writes weights given as buffers back to them,
+ * unregisters what dos_opt_create registered, deletes the optimizer's scheduling
+ * context, frees the state, and shuts StarPU down when dos_opt_create initialised it and
+ * no other optimizer needs it. NULL does nothing. */
+void dos_opt_destroy(dos_opt_t opt);
+
 #ifdef __cplusplus
 }
 #endif

@@ -89,7 +89,7 @@ struct policy {
 	starpu_pthread_mutex_t plan_lock; /* guards everything but the queues */
 	/* A training loop submits step k+1 before step k's gradients are ready, so several
 	 * steps are collected at once; each is planned when its first update is ready. */
-#define STEP_SLOTS 4
+#define STEP_SLOTS DOS_PLAN_STEPS_COLLECTED
 	struct step_tasks steps[STEP_SLOTS];
 	struct fetch_window staged;          /* to the GPU: state and gradient, `staging slots` ahead */
 	struct fetch_window resident;        /* to the GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
@@ -324,7 +324,13 @@ static void defer_prefetch(struct policy *p, starpu_data_handle_t h, unsigned no
 	d->at[d->n++] = (struct prefetch_request){h, node, prio};
 }
 
-/* Issues the deferred prefetches; call without the plan lock. */
+/* Issues the deferred prefetches; call without the plan lock, and never from push_task on
+ * a worker thread: there the worker is inside a scheduling operation, and a prefetch that
+ * completes at once releases the next task waiting for that data (the next step's gather
+ * waits to overwrite a gradient), which StarPU pushes from this same thread, nested: it
+ * asserts (!state_sched_op_pending). Seen with an application submitting steps ahead
+ * beside its own policy (examples/host_app). Those prefetches wait for the next pre- or
+ * post-execution hook of one of our tasks, which run outside any scheduling operation. */
 static void issue_deferred_prefetches(struct policy *p)
 {
 	lock_plan(p);
@@ -615,7 +621,8 @@ static int push_task(struct starpu_task *task)
 				p->stats.gpu_updates++;
 		}
 		unlock_plan(p);
-		issue_deferred_prefetches(p);
+		if (starpu_worker_get_id() < 0) /* the application's thread, submitting */
+			issue_deferred_prefetches(p);
 	}
 	if (only_type == STARPU_CPU_WORKER && push_to_cpu_pool(p, task, ctx) == 0) {
 		record_decision(p, t0);
@@ -669,6 +676,7 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
 static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 {
 	struct policy *p = policy_of(sched_ctx);
+	issue_deferred_prefetches(p); /* those a push on a worker thread had to leave */
 	if (task->cl == &_dos_adam_codelet) {
 		/* the update began: its window must not fetch for it any more */
 		lock_plan(p);

@@ -110,7 +110,17 @@ for n in 1 2 4; do
 	cmp -s "$work/straight.bin" "$work/resumed.bin" ||
 		fail "2-rank shards resumed on $n rank(s) differ from the uninterrupted run"
 done
-echo "data parallel: a 2-rank sharded checkpoint resumed on 1, 2 and 4 ranks: bit-identical to 10 straight steps"
+# bf16: the resumed ranks rebuild their 16-bit weights from the owners' master weights
+$train --preset tiny --steps 10 --quiet --accumulate 4 --precision bf16 --dump "$work/straight16.bin" >/dev/null 2>&1 ||
+	fail "the uninterrupted bf16 run failed"
+mkdir "$work/ck16"
+ranks 2 --preset tiny --steps 6 --quiet --accumulate 2 --precision bf16 --checkpoint-dir "$work/ck16" \
+	>"$work/log" 2>&1 || fail "saving bf16 shards failed: $(cat "$work/log")"
+ranks 4 --preset tiny --steps 10 --quiet --accumulate 1 --precision bf16 --checkpoint-dir "$work/ck16" --resume \
+	--dump "$work/resumed.bin" >"$work/log" 2>&1 || fail "resuming bf16 on 4 ranks failed: $(cat "$work/log")"
+cmp -s "$work/straight16.bin" "$work/resumed.bin" || fail "bf16: 2-rank shards resumed on 4 ranks differ"
+echo "data parallel: a 2-rank sharded checkpoint resumed on 1, 2 and 4 ranks (and bf16 on 4): bit-identical to 10" \
+	"straight steps"
 
 # SIGKILL of one rank while the job saves every step (mpirun then ends the job)
 steps=120

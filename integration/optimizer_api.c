@@ -1,0 +1,689 @@
+/* The embedding API of include/dos.h (dos_opt_*): an application's tensors handed to the
+ * optimizer of graph/iteration.c, in a StarPU that the application or this file started,
+ * with per-task records of where each update ran and how long each phase took. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+
+#include "checkpoint.h"
+#include "codelet_util.h"
+#include "codelets.h"
+#include "dos.h"
+#include "errors.h"
+#include "flat.h"
+#include "iteration.h"
+#include "numerics.h"
+#include "planner.h"
+
+/* Optimizers alive in a StarPU that dos_opt_create started: the last one destroyed shuts
+ * it down. The lock also makes "is StarPU up? start it" one step for concurrent creates. */
+static pthread_mutex_t owned_starpu_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned owned_starpu_users;
+
+/* What one step's tasks have done so far; freed when the last of them ends. */
+struct step_account {
+	uint64_t step;
+	unsigned pending; /* tasks not ended, plus one while the step is being submitted */
+	struct dos_opt_step_times times;
+	double first_start[DOS_PHASE_COUNT], last_end[DOS_PHASE_COUNT]; /* us */
+	unsigned ended;
+	double step_start, step_end;
+};
+
+/* One submitted task: recorded when a worker takes it and when it ends. */
+struct task_record {
+	struct dos_opt *opt;
+	struct step_account *account; /* NULL for the weight rebuild after a load */
+	enum dos_opt_phase phase;
+	uint32_t subgroup; /* DOS_PHASE_UPDATE */
+	double start_us;
+	void (*pop_callback)(void *), *pop_arg; /* the task's own, called too */
+	void (*end_callback)(void *), *end_arg;
+};
+
+struct dos_opt {
+	struct dos_optimizer inner;
+	uint32_t ntensors;
+	uint64_t *numel;
+	starpu_data_handle_t *weight, *grad; /* [ntensors], handed to inner */
+	int *weight_node, *grad_node;        /* home node of the handles registered here, else -1 */
+	unsigned sched_ctx;
+	int own_ctx;     /* created here, deleted by destroy */
+	int owns_starpu; /* counted in owned_starpu_users */
+	uint64_t steps_submitted;
+	/* the hook's view of the step being submitted (submitting thread only) */
+	struct step_account *submitting;
+	uint32_t gathers_seen, updates_seen;
+	/* guards what the task records update from the workers */
+	starpu_pthread_mutex_t lock;
+	starpu_pthread_cond_t progress; /* a task or a step ended */
+	unsigned long in_flight;        /* tasks */
+	unsigned steps_in_flight;       /* steps with tasks not ended */
+	enum dos_device *placement;     /* [nsubgroups] */
+	struct dos_opt_step_times last_times;
+};
+
+int dos_opt_config_init(struct dos_opt_config *cfg)
+{
+	if (!cfg)
+		return DOS_FAIL(-EINVAL, "cfg is NULL");
+	*cfg = (struct dos_opt_config){
+		.hp = {.mode = DOS_ADAM_L2, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0},
+		.subgroup_size = (uint64_t)1 << 24,
+		.tensor_dtype = DOS_FP32,
+		.weight_dtype = DOS_FP32,
+		.grad_dtype = DOS_FP32,
+		.loss_scale_init = 65536,
+		.loss_scale_window = 2000,
+	};
+	return 0;
+}
+
+/* ---- task records ---------------------------------------------------------------------- */
+
+static void publish_if_done(struct dos_opt *opt, struct step_account *a)
+{
+	if (--a->pending)
+		return;
+	opt->steps_in_flight--;
+	STARPU_PTHREAD_COND_BROADCAST(&opt->progress);
+	for (int p = 0; p < DOS_PHASE_COUNT; p++)
+		if (a->times.tasks[p])
+			a->times.span_seconds[p] = 1e-6 * (a->last_end[p] - a->first_start[p]);
+	if (a->ended)
+		a->times.step_seconds = 1e-6 * (a->step_end - a->step_start);
+	/* steps end in order in practice; a late one must not replace a newer one */
+	if (a->step > opt->last_times.step)
+		opt->last_times = a->times;
+	free(a);
+}
+
+static void task_taken(void *arg)
+{
+	struct task_record *r = arg;
+	r->start_us = starpu_timing_now();
+	if (r->pop_callback)
+		r->pop_callback(r->pop_arg);
+}
+
+/* The epilogue callback: it runs before the task releases its data, so whoever waits on
+ * that data (dos_opt_wait, a later task) finds the record done. */
+static void task_ended(void *arg)
+{
+	struct task_record *r = arg;
+	double end = starpu_timing_now();
+	double start = isnan(r->start_us) ? end : r->start_us;
+	int worker = starpu_worker_get_id();
+	enum dos_device device =
+		worker >= 0 && starpu_worker_get_type(worker) == STARPU_CUDA_WORKER ? DOS_DEVICE_GPU : DOS_DEVICE_CPU;
+	if (r->end_callback)
+		r->end_callback(r->end_arg);
+	struct dos_opt *opt = r->opt;
+	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
+	if (r->phase == DOS_PHASE_UPDATE)
+		opt->placement[r->subgroup] = device;
+	struct step_account *a = r->account;
+	if (a) {
+		struct dos_opt_step_times *t = &a->times;
+		int p = r->phase;
+		if (t->tasks[p]++ == 0 || start < a->first_start[p])
+			a->first_start[p] = start;
+		if (t->tasks[p] == 1 || end > a->last_end[p])
+			a->last_end[p] = end;
+		t->busy_seconds[p] += 1e-6 * (end - start);
+		if (r->phase == DOS_PHASE_UPDATE && device == DOS_DEVICE_GPU)
+			t->gpu_updates++;
+		else if (r->phase == DOS_PHASE_UPDATE)
+			t->cpu_updates++;
+		if (a->ended++ == 0 || start < a->step_start)
+			a->step_start = start;
+		if (a->ended == 1 || end > a->step_end)
+			a->step_end = end;
+		publish_if_done(opt, a);
+	}
+	if (--opt->in_flight == 0)
+		STARPU_PTHREAD_COND_BROADCAST(&opt->progress);
+	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
+	free(r);
+}
+
+/* The optimizer's task hook (called on the submitting thread for every task, before its
+ * submission): which phase the task belongs to, and the callbacks that record it. The
+ * builder submits a step's gathers in subgroup order, then its statistics, updates in
+ * subgroup order, and refreshes: the destination handle tells a gather from a refresh. */
+static void record_task(void *arg, struct starpu_task *task)
+{
+	struct dos_opt *opt = arg;
+	struct task_record *r = malloc(sizeof *r);
+	STARPU_ASSERT_MSG(r, "out of memory recording an optimizer task");
+	*r = (struct task_record){.opt = opt, .account = opt->submitting, .start_us = NAN};
+	uint32_t nsub = opt->inner.map.nsubgroups;
+	if (task->cl == &_dos_adam_codelet) {
+		r->phase = DOS_PHASE_UPDATE;
+		r->subgroup = opt->updates_seen++;
+		STARPU_ASSERT(r->subgroup < nsub &&
+			      STARPU_TASK_GET_HANDLE(task, 0) == opt->inner.master_h[r->subgroup]);
+	} else if (task->cl == &_dos_grad_stats_codelet) {
+		r->phase = DOS_PHASE_STATS;
+	} else if (task->cl == &_dos_flat_copy_codelet && opt->gathers_seen < nsub &&
+		   STARPU_TASK_GET_HANDLE(task, 0) == opt->inner.grad_h[opt->gathers_seen]) {
+		r->phase = DOS_PHASE_GATHER;
+		opt->gathers_seen++;
+	} else {
+		r->phase = DOS_PHASE_REFRESH; /* the refreshes, and the casts of a weight rebuild */
+	}
+	r->pop_callback = task->prologue_callback_pop_func;
+	r->pop_arg = task->prologue_callback_pop_arg;
+	r->end_callback = task->epilogue_callback_func;
+	r->end_arg = task->epilogue_callback_arg;
+	task->prologue_callback_pop_func = task_taken;
+	task->prologue_callback_pop_arg = r;
+	task->epilogue_callback_func = task_ended;
+	task->epilogue_callback_arg = r;
+	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
+	opt->in_flight++;
+	if (r->account)
+		r->account->pending++;
+	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
+}
+
+static void wait_idle(struct dos_opt *opt)
+{
+	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
+	while (opt->in_flight)
+		STARPU_PTHREAD_COND_WAIT(&opt->progress, &opt->lock);
+	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
+}
+
+/* ---- creation ------------------------------------------------------------------------- */
+
+/* The checks that need no StarPU: sizes, one source per array, locations. */
+static int check_tensors(uint32_t ntensors, const struct dos_opt_tensor *tensors, int *uses_handles)
+{
+	*uses_handles = 0;
+	for (uint32_t t = 0; t < ntensors; t++) {
+		const struct dos_opt_tensor *x = &tensors[t];
+		if (x->numel == 0 || x->numel > UINT32_MAX)
+			return DOS_FAIL(-EINVAL,
+					"tensors[%u].numel = %llu must be in [1, %u] (a StarPU vector's count)", t,
+					(unsigned long long)x->numel, UINT32_MAX);
+		if (!x->weight == !x->weight_ptr)
+			return DOS_FAIL(-EINVAL, "tensors[%u]: give exactly one of weight (%p) and weight_ptr (%p)", t,
+					(void *)x->weight, x->weight_ptr);
+		if (!x->grad == !x->grad_ptr)
+			return DOS_FAIL(-EINVAL, "tensors[%u]: give exactly one of grad (%p) and grad_ptr (%p)", t,
+					(void *)x->grad, x->grad_ptr);
+		if (x->weight_ptr && x->weight_ptr == x->grad_ptr)
+			return DOS_FAIL(-EINVAL, "tensors[%u]: weight_ptr and grad_ptr are the same buffer %p", t,
+					x->weight_ptr);
+		if ((x->weight_ptr || x->grad_ptr) && x->location != DOS_MEMORY_HOST && x->location != DOS_MEMORY_CUDA)
+			return DOS_FAIL(-EINVAL, "tensors[%u].location = %d is not DOS_MEMORY_HOST or DOS_MEMORY_CUDA",
+					t, (int)x->location);
+		if ((x->weight_ptr || x->grad_ptr) && x->location == DOS_MEMORY_CUDA && x->cuda_device < 0)
+			return DOS_FAIL(-EINVAL, "tensors[%u].cuda_device = %d is not a CUDA device number", t,
+					x->cuda_device);
+		*uses_handles |= x->weight || x->grad;
+	}
+	return 0;
+}
+
+static int by_address(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t) * (const starpu_data_handle_t *)a, y = (uintptr_t) * (const starpu_data_handle_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The application's handles: vectors of numel elements of tensor_dtype, none twice (a
+ * gradient that is also a weight, or shared by two tensors, would be overwritten). */
+static int check_handles(uint32_t ntensors, const struct dos_opt_tensor *tensors, enum dos_dtype dtype)
+{
+	size_t n = 0;
+	starpu_data_handle_t *all = malloc(2 * (size_t)ntensors * sizeof *all);
+	if (!all)
+		return DOS_FAIL(-ENOMEM, "no memory to check %u tensors", ntensors);
+	for (uint32_t t = 0; t < ntensors; t++)
+		for (int g = 0; g < 2; g++) {
+			starpu_data_handle_t h = g ? tensors[t].grad : tensors[t].weight;
+			if (!h)
+				continue;
+			char name[48];
+			snprintf(name, sizeof name, "tensors[%u].%s", t, g ? "grad" : "weight");
+			uint32_t nx;
+			int err = _dos_check_vector("dos_opt_create", name, h, dos_dtype_size(dtype), &nx);
+			if (!err && nx != tensors[t].numel)
+				err = _dos_fail(-EINVAL, "dos_opt_create", "%s has %u elements but numel = %llu", name,
+						nx, (unsigned long long)tensors[t].numel);
+			if (err) {
+				free(all);
+				return err;
+			}
+			all[n++] = h;
+		}
+	qsort(all, n, sizeof *all, by_address);
+	for (size_t i = 1; i < n; i++)
+		if (all[i] == all[i - 1]) {
+			void *h = (void *)all[i];
+			free(all);
+			return DOS_FAIL(-EINVAL, "handle %p is given twice (each weight and gradient needs its own)",
+					h);
+		}
+	free(all);
+	return 0;
+}
+
+/* The memory node of CUDA device `device`, or -1 when no CUDA worker uses it. */
+static int cuda_node(int device)
+{
+	for (unsigned w = 0; w < starpu_worker_get_count(); w++)
+		if (starpu_worker_get_type((int)w) == STARPU_CUDA_WORKER && starpu_worker_get_devid((int)w) == device)
+			return (int)starpu_worker_get_memory_node(w);
+	return -1;
+}
+
+/* Registers the buffers of tensor t (after the handles were checked). */
+static int register_buffers(struct dos_opt *opt, const struct dos_opt_tensor *x, uint32_t t, size_t elemsize)
+{
+	int node = STARPU_MAIN_RAM;
+	if ((x->weight_ptr || x->grad_ptr) && x->location == DOS_MEMORY_CUDA && (node = cuda_node(x->cuda_device)) < 0)
+		return DOS_FAIL(
+			-EINVAL,
+			"tensors[%u].cuda_device = %d: no StarPU CUDA worker uses that device (%u CUDA workers)", t,
+			x->cuda_device, starpu_cuda_worker_get_count());
+	if (x->weight_ptr) {
+		starpu_vector_data_register(&opt->weight[t], node, (uintptr_t)x->weight_ptr, (uint32_t)x->numel,
+					    elemsize);
+		opt->weight_node[t] = node;
+	}
+	if (x->grad_ptr) {
+		starpu_vector_data_register(&opt->grad[t], node, (uintptr_t)x->grad_ptr, (uint32_t)x->numel, elemsize);
+		opt->grad_node[t] = node;
+	}
+	return 0;
+}
+
+/* The master weights' starting values: the tensors' weights, widened to fp32. */
+static void read_initial_weights(const struct dos_opt *opt, enum dos_dtype dtype, float *flat)
+{
+	uint64_t at = 0;
+	for (uint32_t t = 0; t < opt->ntensors; t++) {
+		starpu_data_acquire(opt->weight[t], STARPU_R);
+		const void *w = (const void *)starpu_vector_get_local_ptr(opt->weight[t]);
+		for (uint64_t i = 0; i < opt->numel[t]; i++)
+			flat[at + i] = dos_load_elem(w, i, dtype);
+		starpu_data_release(opt->weight[t]);
+		at += opt->numel[t];
+	}
+}
+
+/* Undoes whatever create did so far (each step checks what exists). */
+static void teardown(struct dos_opt *opt, int inner_made, int lock_made)
+{
+	if (inner_made)
+		dos_optimizer_destroy(&opt->inner);
+	for (uint32_t t = 0; t < opt->ntensors; t++) {
+		if (opt->weight_node && opt->weight_node[t] >= 0)
+			starpu_data_unregister(opt->weight[t]);
+		if (opt->grad_node && opt->grad_node[t] >= 0)
+			starpu_data_unregister(opt->grad[t]);
+	}
+	if (opt->own_ctx)
+		starpu_sched_ctx_delete(opt->sched_ctx);
+	if (lock_made) {
+		STARPU_PTHREAD_MUTEX_DESTROY(&opt->lock);
+		STARPU_PTHREAD_COND_DESTROY(&opt->progress);
+	}
+	if (opt->owns_starpu) {
+		pthread_mutex_lock(&owned_starpu_lock);
+		if (--owned_starpu_users == 0)
+			starpu_shutdown();
+		pthread_mutex_unlock(&owned_starpu_lock);
+	}
+	free(opt->numel);
+	free(opt->weight);
+	free(opt->grad);
+	free(opt->weight_node);
+	free(opt->grad_node);
+	free(opt->placement);
+	free(opt);
+}
+
+/* Joins StarPU: starts it with `policy` when nobody has, else makes a context of our own
+ * beside the application's (whose context and policy stay as they are). */
+static int join_starpu(struct dos_opt *opt, const struct dos_opt_config *cfg, struct starpu_sched_policy *policy,
+		       uint32_t ntensors, const struct dos_opt_tensor *tensors, int uses_handles)
+{
+	int err = 0;
+	pthread_mutex_lock(&owned_starpu_lock);
+	if (!starpu_is_initialized()) {
+		if (uses_handles) {
+			pthread_mutex_unlock(&owned_starpu_lock);
+			return DOS_FAIL(-EINVAL, "tensors hold StarPU handles but StarPU is not initialised (handles "
+						 "exist only between starpu_init and starpu_shutdown)");
+		}
+		struct starpu_conf conf;
+		if (cfg->starpu_conf)
+			conf = *cfg->starpu_conf;
+		else
+			starpu_conf_init(&conf);
+		conf.sched_policy = policy;
+		conf.sched_policy_name = NULL;
+		if ((err = starpu_init(&conf))) {
+			pthread_mutex_unlock(&owned_starpu_lock);
+			return DOS_FAIL(err, "starpu_init failed (%d%s)", err,
+					err == -ENODEV ? ": no worker, see STARPU_NCPU and STARPU_NCUDA" : "");
+		}
+		owned_starpu_users = 1;
+		opt->owns_starpu = 1;
+		opt->sched_ctx = 0;
+		pthread_mutex_unlock(&owned_starpu_lock);
+		return 0;
+	}
+	if (owned_starpu_users > 0) { /* ours: this optimizer keeps it up too */
+		owned_starpu_users++;
+		opt->owns_starpu = 1;
+	}
+	pthread_mutex_unlock(&owned_starpu_lock);
+	if ((err = check_handles(ntensors, tensors, cfg->tensor_dtype)))
+		return err;
+	opt->sched_ctx = starpu_sched_ctx_create(NULL, -1, "starpu-dos", STARPU_SCHED_CTX_POLICY_STRUCT, policy, 0);
+	opt->own_ctx = 1;
+	return 0;
+}
+
+int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t ntensors,
+		   const struct dos_opt_tensor *tensors)
+{
+	int err, uses_handles;
+	if (!out)
+		return DOS_FAIL(-EINVAL, "out is NULL");
+	*out = NULL;
+	if (!cfg)
+		return DOS_FAIL(-EINVAL, "cfg is NULL");
+	if (!tensors || ntensors == 0)
+		return DOS_FAIL(-EINVAL, "tensors = %p, ntensors = %u: need at least one tensor", (const void *)tensors,
+				ntensors);
+	const char *policy_name = cfg->policy ? cfg->policy : "dos";
+	struct starpu_sched_policy *policy = dos_sched_policy(policy_name);
+	if (!policy)
+		return DOS_FAIL(-EINVAL, "policy = '%s' is not one of dos, all-cpu, stride, resident", policy_name);
+	if (!(cfg->app_gpu_bytes >= 0) || !isfinite(cfg->app_gpu_bytes))
+		return DOS_FAIL(-EINVAL, "app_gpu_bytes = %g must be finite and >= 0", cfg->app_gpu_bytes);
+	if ((err = check_tensors(ntensors, tensors, &uses_handles)))
+		return err;
+	uint64_t nparams = 0;
+	for (uint32_t t = 0; t < ntensors; t++)
+		nparams += tensors[t].numel;
+	struct dos_optimizer_config oc = {
+		.subgroup_size = cfg->subgroup_size < nparams ? cfg->subgroup_size : nparams,
+		.weight_dtype = cfg->weight_dtype,
+		.grad_dtype = cfg->grad_dtype,
+		.tensor_dtype = cfg->tensor_dtype,
+		.hp = cfg->hp,
+		.clip_norm = cfg->clip_norm,
+		.dynamic_loss_scale = cfg->dynamic_loss_scale,
+		.loss_scale_init = cfg->loss_scale_init,
+		.loss_scale_window = cfg->loss_scale_window,
+	};
+	if ((err = dos_optimizer_config_check(&oc)))
+		return err;
+
+	struct dos_opt *opt = calloc(1, sizeof *opt);
+	if (!opt)
+		return DOS_FAIL(-ENOMEM, "no memory for an optimizer");
+	opt->ntensors = ntensors;
+	opt->numel = malloc(ntensors * sizeof *opt->numel);
+	opt->weight = calloc(ntensors, sizeof *opt->weight);
+	opt->grad = calloc(ntensors, sizeof *opt->grad);
+	opt->weight_node = malloc(ntensors * sizeof *opt->weight_node);
+	opt->grad_node = malloc(ntensors * sizeof *opt->grad_node);
+	if (!opt->numel || !opt->weight || !opt->grad || !opt->weight_node || !opt->grad_node) {
+		teardown(opt, 0, 0);
+		return DOS_FAIL(-ENOMEM, "no memory for %u tensors", ntensors);
+	}
+	for (uint32_t t = 0; t < ntensors; t++) {
+		opt->numel[t] = tensors[t].numel;
+		opt->weight[t] = tensors[t].weight;
+		opt->grad[t] = tensors[t].grad;
+		opt->weight_node[t] = opt->grad_node[t] = -1;
+	}
+	if ((err = join_starpu(opt, cfg, policy, ntensors, tensors, uses_handles))) {
+		teardown(opt, 0, 0);
+		return err;
+	}
+	for (uint32_t t = 0; t < ntensors; t++)
+		if ((err = register_buffers(opt, &tensors[t], t, dos_dtype_size(cfg->tensor_dtype)))) {
+			teardown(opt, 0, 0);
+			return err;
+		}
+	STARPU_PTHREAD_MUTEX_INIT(&opt->lock, NULL);
+	STARPU_PTHREAD_COND_INIT(&opt->progress, NULL);
+
+	float *initial = malloc(nparams * sizeof(float));
+	if (!initial) {
+		teardown(opt, 0, 1);
+		return DOS_FAIL(-ENOMEM, "no memory for the initial weights of %llu parameters",
+				(unsigned long long)nparams);
+	}
+	read_initial_weights(opt, cfg->tensor_dtype, initial);
+	oc.sched_ctx = opt->sched_ctx;
+	err = dos_optimizer_create(&opt->inner, &oc, ntensors, opt->numel, opt->weight, opt->grad, initial);
+	free(initial);
+	if (err) {
+		teardown(opt, 0, 1);
+		return err;
+	}
+	opt->placement = calloc(opt->inner.map.nsubgroups, sizeof *opt->placement);
+	if (!opt->placement) {
+		teardown(opt, 1, 1);
+		return DOS_FAIL(-ENOMEM, "no memory for %u subgroups", opt->inner.map.nsubgroups);
+	}
+	opt->inner.hook = record_task;
+	opt->inner.hook_arg = opt;
+	/* what the GPU keeps besides the state, so that the dos plan leaves it room */
+	struct dos_sched_stats probe;
+	if (starpu_cuda_worker_get_count() > 0 && dos_sched_get_stats(opt->sched_ctx, &probe) == 0)
+		dos_sched_reserve_gpu_bytes(opt->sched_ctx,
+					    cfg->app_gpu_bytes + dos_optimizer_gpu_copies_bytes(&opt->inner));
+	*out = opt;
+	return 0;
+}
+
+/* ---- steps ---------------------------------------------------------------------------- */
+
+int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
+{
+	if (!opt)
+		return DOS_FAIL(-EINVAL, "opt is NULL");
+	/* gradients in buffers were written by the application behind StarPU's back: their
+	 * home copy is now the only valid one (a GPU copy from the last gather is stale) */
+	for (uint32_t t = 0; t < opt->ntensors; t++)
+		if (opt->grad_node[t] >= 0) {
+			starpu_data_acquire_on_node(opt->grad[t], opt->grad_node[t], STARPU_W);
+			starpu_data_release_on_node(opt->grad[t], opt->grad_node[t]);
+		}
+	struct step_account *a = calloc(1, sizeof *a);
+	if (!a)
+		return DOS_FAIL(-ENOMEM, "no memory for a step's records");
+	a->step = opt->steps_submitted + 1;
+	a->times.step = a->step;
+	a->pending = 1; /* until the whole step is submitted */
+	/* the dos policy plans a step when its first update is ready, and collects only so
+	 * many steps before that: an application that submits further ahead waits here */
+	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
+	while (opt->steps_in_flight >= DOS_PLAN_STEPS_COLLECTED)
+		STARPU_PTHREAD_COND_WAIT(&opt->progress, &opt->lock);
+	opt->steps_in_flight++;
+	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
+	opt->submitting = a;
+	opt->gathers_seen = opt->updates_seen = 0;
+	struct dos_step_report r;
+	int err = dos_optimizer_submit_step(&opt->inner, &r);
+	opt->submitting = NULL;
+	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
+	publish_if_done(opt, a);
+	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
+	if (err)
+		return err;
+	opt->steps_submitted++;
+	if (report)
+		*report = (struct dos_opt_step_report){.applied = r.applied,
+						       .grad_norm = r.grad_norm,
+						       .loss_scale_used = r.loss_scale_used,
+						       .overflow_subgroup = r.overflow_subgroup};
+	return 0;
+}
+
+int dos_opt_wait(dos_opt_t opt)
+{
+	if (!opt)
+		return DOS_FAIL(-EINVAL, "opt is NULL");
+	wait_idle(opt);
+	/* the refresh may have written them on a GPU */
+	for (uint32_t t = 0; t < opt->ntensors; t++)
+		if (opt->weight_node[t] >= 0) {
+			starpu_data_acquire_on_node(opt->weight[t], opt->weight_node[t], STARPU_R);
+			starpu_data_release_on_node(opt->weight[t], opt->weight_node[t]);
+		}
+	return 0;
+}
+
+/* ---- queries -------------------------------------------------------------------------- */
+
+int dos_opt_get_info(dos_opt_t opt, struct dos_opt_info *out)
+{
+	if (!opt || !out)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, out %p)", (void *)opt, (void *)out);
+	const struct dos_optimizer *in = &opt->inner;
+	*out = (struct dos_opt_info){.nparams = in->map.nparams,
+				     .subgroup_size = in->map.subgroup_size,
+				     .ntensors = in->map.ntensors,
+				     .nsubgroups = in->map.nsubgroups,
+				     .steps_submitted = opt->steps_submitted,
+				     .updates_applied = in->step,
+				     .skipped_steps = in->skipped_steps,
+				     .loss_scale = in->loss_scale,
+				     .sched_ctx = opt->sched_ctx,
+				     .owns_starpu = opt->owns_starpu};
+	return 0;
+}
+
+int dos_opt_get_placements(dos_opt_t opt, enum dos_device *where, uint32_t count)
+{
+	if (!opt || !where)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, where %p)", (void *)opt, (void *)where);
+	if (count != opt->inner.map.nsubgroups)
+		return DOS_FAIL(-EINVAL, "count = %u but the optimizer has %u subgroups", count,
+				opt->inner.map.nsubgroups);
+	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
+	memcpy(where, opt->placement, count * sizeof *where);
+	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
+	return 0;
+}
+
+int dos_opt_get_step_times(dos_opt_t opt, struct dos_opt_step_times *out)
+{
+	if (!opt || !out)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, out %p)", (void *)opt, (void *)out);
+	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
+	*out = opt->last_times;
+	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
+	return 0;
+}
+
+int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_t count)
+{
+	if (!opt)
+		return DOS_FAIL(-EINVAL, "opt is NULL");
+	if (!master && !m && !v)
+		return DOS_FAIL(-EINVAL, "master, m and v are all NULL: nothing to read");
+	if (count != opt->inner.map.nparams)
+		return DOS_FAIL(-EINVAL, "count = %llu but the optimizer has %llu parameters",
+				(unsigned long long)count, (unsigned long long)opt->inner.map.nparams);
+	dos_optimizer_hold_state(&opt->inner, STARPU_R);
+	float *to[] = {master, m, v};
+	const float *from[] = {opt->inner.master, opt->inner.m, opt->inner.v};
+	for (int i = 0; i < 3; i++)
+		if (to[i])
+			memcpy(to[i], from[i], count * sizeof(float));
+	dos_optimizer_release_state(&opt->inner);
+	return 0;
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------- */
+
+/* The checkpoint's description of the optimizer now (no data loader here: seed and
+ * data_rng stay 0). */
+static struct dos_checkpoint_meta checkpoint_meta(const struct dos_opt *opt)
+{
+	const struct dos_optimizer *in = &opt->inner;
+	return (struct dos_checkpoint_meta){.nparams = in->map.nparams,
+					    .subgroup_size = in->map.subgroup_size,
+					    .ntensors = in->map.ntensors,
+					    .numel = opt->numel,
+					    .weight_dtype = in->cfg.weight_dtype,
+					    .grad_dtype = in->cfg.grad_dtype,
+					    .step = in->step,
+					    .skipped_steps = in->skipped_steps,
+					    .steps_done = opt->steps_submitted,
+					    .loss_scale = in->loss_scale,
+					    .good_steps = in->good_steps,
+					    .hp = in->cfg.hp};
+}
+
+int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, size_t path_size)
+{
+	if (!opt || !dir)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, dir %p)", (void *)opt, (const void *)dir);
+	if (keep == 0)
+		return DOS_FAIL(-EINVAL, "keep = 0: keep at least the checkpoint being written");
+	dos_optimizer_hold_state(&opt->inner, STARPU_R);
+	struct dos_checkpoint_meta meta = checkpoint_meta(opt);
+	int err = dos_optimizer_check_finite(&opt->inner, opt->steps_submitted);
+	if (!err)
+		err = dos_checkpoint_save(dir, &meta, opt->inner.master, opt->inner.m, opt->inner.v, keep, path_out,
+					  path_out ? path_size : 0);
+	dos_optimizer_release_state(&opt->inner);
+	return err;
+}
+
+int dos_opt_load(dos_opt_t opt, const char *path)
+{
+	if (!opt || !path)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, path %p)", (void *)opt, (const void *)path);
+	/* the last refreshes still read the state: they must see the old one */
+	wait_idle(opt);
+	/* read-write and home: the loaded values replace every copy, wherever it is */
+	dos_optimizer_hold_state(&opt->inner, STARPU_RW);
+	struct dos_checkpoint_meta expect = checkpoint_meta(opt), got;
+	int err = dos_checkpoint_load(path, &expect, &got, opt->inner.master, opt->inner.m, opt->inner.v);
+	if (!err) {
+		opt->inner.step = got.step;
+		opt->inner.skipped_steps = got.skipped_steps;
+		opt->inner.loss_scale = got.loss_scale;
+		opt->inner.good_steps = got.good_steps;
+		opt->steps_submitted = got.steps_done;
+	}
+	dos_optimizer_release_state(&opt->inner);
+	if (err)
+		return err;
+	dos_optimizer_rebuild_weights(&opt->inner);
+	return 0;
+}
+
+int dos_opt_latest_checkpoint(const char *dir, char *path, size_t path_size)
+{
+	return dos_checkpoint_latest(dir, path, path_size);
+}
+
+void dos_opt_destroy(dos_opt_t opt)
+{
+	if (!opt)
+		return;
+	/* the records' callbacks use opt: all must have run */
+	wait_idle(opt);
+	teardown(opt, 1, 1);
+}

@@ -1,0 +1,509 @@
+/* The embedding API (dos_opt_*, include/dos.h) beyond what examples/host_app shows:
+ *  1. every function refuses bad arguments with -EINVAL (or the stated code) and a message
+ *     naming the argument and its value, and changes nothing: a refused create leaves
+ *     StarPU as it was (not started, or started again and stopped), registers nothing and
+ *     creates no context; a refused load leaves the state bit for bit;
+ *  2. 16-bit application tensors train exactly as fp32 tensors holding the same values
+ *     (bf16 tensors with bf16 weights and gradients; fp16 tensors with fp32 ones), and the
+ *     refresh writes them the rounded master weights;
+ *  3. buffers registered by the API train exactly as the application's own handles;
+ *  4. clipping and loss scaling: the statistics phase, the report, a skipped step that
+ *     leaves the state bit for bit, the loss scale halved;
+ *  5. StarPU started by the API stays up while any optimizer needs it;
+ *  6. the runtime version is the compiled one. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dos.h"
+#include "numerics.h"
+#include "test_util.h"
+
+#define T 3     /* tensors */
+#define SUB 500 /* subgroup size: 3 subgroups over the tensors below, straddling them */
+static const uint64_t numel[T] = {700, 13, 600};
+#define N (700 + 13 + 600)
+#define STEPS 4
+
+static int refusals;
+
+/* A call that must fail with `code` and a message containing `needle`. */
+static void expect(int err, int code, const char *needle)
+{
+	CHECK(err == code, "expected %d for '%s', got %d (%s)", code, needle, err, dos_last_error());
+	CHECK(strstr(dos_last_error(), needle) != NULL, "message '%s' does not mention '%s'", dos_last_error(), needle);
+	refusals++;
+}
+
+static struct dos_opt_config base_config(void)
+{
+	struct dos_opt_config cfg;
+	CHECK(dos_opt_config_init(&cfg) == 0, "%s", dos_last_error());
+	cfg.hp = (struct dos_adam_hparams){DOS_ADAMW, 1e-2, 0.9, 0.999, 1e-8, 0.01};
+	cfg.subgroup_size = SUB;
+	return cfg;
+}
+
+/* A value exactly representable in `dtype` (fp16 or bf16; bf16 for fp32), so that fp32
+ * and 16-bit runs can be given the same numbers. */
+static float value(uint64_t seed, uint64_t i, enum dos_dtype dtype, double scale)
+{
+	uint64_t s = seed * 1000003 + i + 1;
+	float x = (float)(scale * test_normal(&s));
+	return dtype == DOS_FP16 ? dos_fp16_to_float(dos_float_to_fp16(x)) : dos_bf16_to_float(dos_float_to_bf16(x));
+}
+
+/* ---- an application's tensors as handles over its own arrays --------------------------- */
+
+struct app {
+	enum dos_dtype dtype;
+	void *w[T], *g[T];
+	starpu_data_handle_t hw[T], hg[T];
+	struct dos_opt_tensor tensors[T];
+};
+
+/* Weights from `seed`, representable in `values` (the dtype the comparison runs share). */
+static void app_init(struct app *a, enum dos_dtype dtype, enum dos_dtype values, int buffers)
+{
+	a->dtype = dtype;
+	for (int t = 0; t < T; t++) {
+		a->w[t] = test_malloc(numel[t] * 4);
+		a->g[t] = calloc(numel[t], 4);
+		for (uint64_t i = 0; i < numel[t]; i++)
+			dos_store_elem(a->w[t], i, dtype, value(t, i, values, 0.5));
+		a->tensors[t] = (struct dos_opt_tensor){.numel = numel[t]};
+		if (buffers) {
+			a->tensors[t].weight_ptr = a->w[t];
+			a->tensors[t].grad_ptr = a->g[t];
+			a->hw[t] = a->hg[t] = NULL;
+			continue;
+		}
+		starpu_vector_data_register(&a->hw[t], STARPU_MAIN_RAM, (uintptr_t)a->w[t], (uint32_t)numel[t],
+					    dos_dtype_size(dtype));
+		starpu_vector_data_register(&a->hg[t], STARPU_MAIN_RAM, (uintptr_t)a->g[t], (uint32_t)numel[t],
+					    dos_dtype_size(dtype));
+		a->tensors[t].weight = a->hw[t];
+		a->tensors[t].grad = a->hg[t];
+	}
+}
+
+/* The application's backward of step k: writes the gradients (through its handles, after
+ * the optimizer's previous gather read them; into its buffers, after dos_opt_wait). */
+static void app_backward(struct app *a, uint64_t k, enum dos_dtype values, const float *poison)
+{
+	for (int t = 0; t < T; t++) {
+		if (a->hg[t])
+			starpu_data_acquire(a->hg[t], STARPU_W);
+		for (uint64_t i = 0; i < numel[t]; i++)
+			dos_store_elem(a->g[t], i, a->dtype, poison ? *poison : value(100 + k * T + t, i, values, 0.1));
+		if (a->hg[t])
+			starpu_data_release(a->hg[t]);
+	}
+}
+
+/* The model's weights as floats, once the optimizer wrote them. */
+static void app_weights(struct app *a, float *out)
+{
+	for (int t = 0, at = 0; t < T; at += (int)numel[t], t++) {
+		if (a->hw[t])
+			starpu_data_acquire(a->hw[t], STARPU_R);
+		for (uint64_t i = 0; i < numel[t]; i++)
+			out[at + i] = dos_load_elem(a->w[t], i, a->dtype);
+		if (a->hw[t])
+			starpu_data_release(a->hw[t]);
+	}
+}
+
+static void app_free(struct app *a)
+{
+	for (int t = 0; t < T; t++) {
+		if (a->hw[t]) {
+			starpu_data_unregister(a->hw[t]);
+			starpu_data_unregister(a->hg[t]);
+		}
+		free(a->w[t]);
+		free(a->g[t]);
+	}
+}
+
+struct state {
+	float master[N], m[N], v[N], weights[N];
+};
+
+/* STEPS steps of the optimizer over `a`, and its state and the model's weights after. */
+static void train(struct app *a, struct dos_opt_config cfg, enum dos_dtype values, struct state *out)
+{
+	dos_opt_t opt;
+	cfg.tensor_dtype = a->dtype;
+	CHECK(dos_opt_create(&opt, &cfg, T, a->tensors) == 0, "%s", dos_last_error());
+	for (uint64_t k = 0; k < STEPS; k++) {
+		app_backward(a, k, values, NULL);
+		CHECK(dos_opt_submit_step(opt, NULL) == 0, "%s", dos_last_error());
+		if (!a->hw[0])
+			CHECK(dos_opt_wait(opt) == 0, "%s", dos_last_error());
+	}
+	CHECK(dos_opt_wait(opt) == 0, "%s", dos_last_error());
+	CHECK(dos_opt_read_state(opt, out->master, out->m, out->v, N) == 0, "%s", dos_last_error());
+	app_weights(a, out->weights);
+	dos_opt_destroy(opt);
+}
+
+static void same_state(const struct state *x, const struct state *y, const char *what)
+{
+	CHECK(test_first_difference(x->master, y->master, N, 4) < 0, "%s: master weights differ", what);
+	CHECK(test_first_difference(x->m, y->m, N, 4) < 0, "%s: m differs", what);
+	CHECK(test_first_difference(x->v, y->v, N, 4) < 0, "%s: v differs", what);
+}
+
+/* ---- 1. refusals ---------------------------------------------------------------------- */
+
+/* With StarPU down: nothing may start it for good. */
+static void refusals_without_starpu(void)
+{
+	struct dos_opt_config cfg = base_config(), bad;
+	static float w[T][700], g[T][700];
+	struct dos_opt_tensor ok[T], x[T];
+	for (int t = 0; t < T; t++)
+		ok[t] = (struct dos_opt_tensor){.numel = numel[t], .weight_ptr = w[t], .grad_ptr = g[t]};
+	dos_opt_t opt = (dos_opt_t)&cfg; /* must become NULL */
+
+	expect(dos_opt_config_init(NULL), -EINVAL, "cfg is NULL");
+	expect(dos_opt_create(NULL, &cfg, T, ok), -EINVAL, "out is NULL");
+	expect(dos_opt_create(&opt, NULL, T, ok), -EINVAL, "cfg is NULL");
+	CHECK(opt == NULL, "a refused create must set *out to NULL");
+	expect(dos_opt_create(&opt, &cfg, T, NULL), -EINVAL, "tensors = (nil), ntensors = 3");
+	expect(dos_opt_create(&opt, &cfg, 0, ok), -EINVAL, "ntensors = 0");
+#define BAD_CONFIG(field_set, needle)                                         \
+	do {                                                                  \
+		bad = cfg;                                                    \
+		field_set;                                                    \
+		expect(dos_opt_create(&opt, &bad, T, ok), -EINVAL, (needle)); \
+	} while (0)
+	BAD_CONFIG(bad.policy = "nosuch", "policy = 'nosuch'");
+	BAD_CONFIG(bad.app_gpu_bytes = -1, "app_gpu_bytes = -1");
+	BAD_CONFIG(bad.subgroup_size = 0, "subgroup_size = 0");
+	BAD_CONFIG(bad.hp.lr = -1, "hp->lr = -1");
+	BAD_CONFIG(bad.hp.beta2 = 1, "beta2 = 1");
+	BAD_CONFIG(bad.tensor_dtype = (enum dos_dtype)7, "tensor_dtype = 7");
+	BAD_CONFIG(bad.weight_dtype = (enum dos_dtype)9, "weight_dtype = 9");
+	BAD_CONFIG((bad.tensor_dtype = DOS_FP16, bad.weight_dtype = bad.grad_dtype = DOS_BF16),
+		   "tensor_dtype = fp16 needs weight_dtype (bf16)");
+	BAD_CONFIG(bad.grad_dtype = DOS_BF16, "grad_dtype = bf16 must be fp32 or the weight dtype fp32");
+	BAD_CONFIG(bad.clip_norm = -1, "clip_norm = -1");
+	BAD_CONFIG((bad.dynamic_loss_scale = 1, bad.loss_scale_init = 0.5), "loss_scale_init >= 1 (got 0.5)");
+#define BAD_TENSOR(change, needle)                                           \
+	do {                                                                 \
+		memcpy(x, ok, sizeof x);                                     \
+		change;                                                      \
+		expect(dos_opt_create(&opt, &cfg, T, x), -EINVAL, (needle)); \
+	} while (0)
+	BAD_TENSOR(x[1].numel = 0, "tensors[1].numel = 0");
+	BAD_TENSOR(x[0].numel = (uint64_t)1 << 32, "tensors[0].numel = 4294967296");
+	BAD_TENSOR(x[2].weight_ptr = NULL, "tensors[2]: give exactly one of weight ((nil)) and weight_ptr ((nil))");
+	BAD_TENSOR(x[0].grad = (starpu_data_handle_t)g, "tensors[0]: give exactly one of grad");
+	BAD_TENSOR(x[1].grad_ptr = w[1], "tensors[1]: weight_ptr and grad_ptr are the same buffer");
+	BAD_TENSOR(x[0].location = (enum dos_memory)5, "tensors[0].location = 5");
+	BAD_TENSOR((x[1].location = DOS_MEMORY_CUDA, x[1].cuda_device = -1), "tensors[1].cuda_device = -1");
+	/* refused once StarPU runs: it must be stopped again */
+	BAD_TENSOR((x[2].location = DOS_MEMORY_CUDA, x[2].cuda_device = 999),
+		   "tensors[2].cuda_device = 999: no StarPU CUDA worker");
+	BAD_TENSOR((x[0].weight_ptr = NULL, x[0].weight = (starpu_data_handle_t)w[0]), /* never dereferenced */
+		   "StarPU is not initialised");
+	CHECK(!starpu_is_initialized(), "a refused create left StarPU running");
+	CHECK(opt == NULL, "a refused create must leave *out NULL");
+}
+
+/* With the application's StarPU up: its handles, and every function on a live optimizer. */
+static void refusals_with_starpu(void)
+{
+	struct dos_opt_config cfg = base_config();
+	struct app a;
+	app_init(&a, DOS_FP32, DOS_BF16, 0);
+	static uint16_t half[700];
+	static float longer[701], dummy;
+	starpu_data_handle_t h16, hlong, hvar;
+	starpu_vector_data_register(&h16, STARPU_MAIN_RAM, (uintptr_t)half, 700, 2);
+	starpu_vector_data_register(&hlong, STARPU_MAIN_RAM, (uintptr_t)longer, 701, 4);
+	starpu_variable_data_register(&hvar, STARPU_MAIN_RAM, (uintptr_t)&dummy, sizeof dummy);
+	struct dos_opt_tensor x[T], *ok = a.tensors;
+	dos_opt_t opt;
+	BAD_TENSOR((x[0].weight = hvar), "tensors[0].weight is not a vector handle");
+	BAD_TENSOR((x[0].grad = h16), "tensors[0].grad has 2-byte elements, expected 4");
+	BAD_TENSOR((x[0].weight = hlong), "tensors[0].weight has 701 elements but numel = 700");
+	BAD_TENSOR((x[1].grad = x[1].weight), "is given twice");
+	struct dos_opt_config bf16 = cfg;
+	bf16.tensor_dtype = DOS_BF16;
+	expect(dos_opt_create(&opt, &bf16, T, a.tensors), -EINVAL, "tensors[0].weight has 4-byte elements, expected 2");
+
+	/* none of that made a context: ours is the first one created after StarPU's own */
+	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
+	struct dos_opt_info info;
+	CHECK(dos_opt_get_info(opt, &info) == 0 && info.sched_ctx == 1 && !info.owns_starpu && info.nsubgroups == 3 &&
+		      info.nparams == N,
+	      "info: context %u, owns %d, %u subgroups, %llu parameters", info.sched_ctx, info.owns_starpu,
+	      info.nsubgroups, (unsigned long long)info.nparams);
+
+	expect(dos_opt_submit_step(NULL, NULL), -EINVAL, "opt is NULL");
+	expect(dos_opt_wait(NULL), -EINVAL, "opt is NULL");
+	expect(dos_opt_get_info(NULL, &info), -EINVAL, "opt (nil)");
+	expect(dos_opt_get_info(opt, NULL), -EINVAL, "out (nil)");
+	enum dos_device where[4];
+	expect(dos_opt_get_placements(NULL, where, 3), -EINVAL, "opt (nil)");
+	expect(dos_opt_get_placements(opt, NULL, 3), -EINVAL, "where (nil)");
+	expect(dos_opt_get_placements(opt, where, 4), -EINVAL, "count = 4 but the optimizer has 3 subgroups");
+	struct dos_opt_step_times times;
+	expect(dos_opt_get_step_times(NULL, &times), -EINVAL, "opt (nil)");
+	expect(dos_opt_get_step_times(opt, NULL), -EINVAL, "out (nil)");
+	static struct state before, after;
+	expect(dos_opt_read_state(NULL, before.master, NULL, NULL, N), -EINVAL, "opt is NULL");
+	expect(dos_opt_read_state(opt, NULL, NULL, NULL, N), -EINVAL, "master, m and v are all NULL");
+	expect(dos_opt_read_state(opt, before.master, NULL, NULL, N - 1), -EINVAL,
+	       "count = 1312 but the optimizer has 1313 parameters");
+
+	/* nothing has run yet: no placement, no step times */
+	CHECK(dos_opt_get_placements(opt, where, 3) == 0 && where[0] == DOS_DEVICE_NONE && where[2] == DOS_DEVICE_NONE,
+	      "placements before any step");
+	CHECK(dos_opt_get_step_times(opt, &times) == 0 && times.step == 0, "step times before any step");
+	app_backward(&a, 0, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(opt, NULL) == 0, "%s", dos_last_error());
+	CHECK(dos_opt_read_state(opt, before.master, before.m, before.v, N) == 0, "%s", dos_last_error());
+
+	/* checkpoints */
+	char dir[] = "/tmp/dos-embed-XXXXXX", path[4200], small[8];
+	CHECK(mkdtemp(dir), "mkdtemp");
+	expect(dos_opt_save(NULL, dir, 1, NULL, 0), -EINVAL, "opt (nil)");
+	expect(dos_opt_save(opt, NULL, 1, NULL, 0), -EINVAL, "dir (nil)");
+	expect(dos_opt_save(opt, dir, 0, NULL, 0), -EINVAL, "keep = 0");
+	expect(dos_opt_save(opt, dir, 1, small, sizeof small), -ENAMETOOLONG, "path_size = 8 is too small");
+	expect(dos_opt_latest_checkpoint(dir, path, sizeof path), -ENOENT, "no checkpoint-<N>.dos in");
+	expect(dos_opt_latest_checkpoint(NULL, path, sizeof path), -EINVAL, "dir is NULL");
+	expect(dos_opt_latest_checkpoint(dir, NULL, 0), -EINVAL, "path is NULL");
+	CHECK(dos_opt_save(opt, dir, 1, path, sizeof path) == 0 && strstr(path, "checkpoint-1.dos"), "save: %s",
+	      dos_last_error());
+	char latest[4200];
+	CHECK(dos_opt_latest_checkpoint(dir, latest, sizeof latest) == 0 && !strcmp(latest, path), "latest: %s",
+	      dos_last_error());
+
+	/* a second step, then refused loads: the state must stay that of step 2 */
+	app_backward(&a, 1, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(opt, NULL) == 0, "%s", dos_last_error());
+	static struct state two, now;
+	CHECK(dos_opt_read_state(opt, two.master, two.m, two.v, N) == 0, "%s", dos_last_error());
+	expect(dos_opt_load(NULL, path), -EINVAL, "opt (nil)");
+	expect(dos_opt_load(opt, NULL), -EINVAL, "path (nil)");
+	expect(dos_opt_load(opt, "/nonexistent/checkpoint-1.dos"), -ENOENT, "/nonexistent/checkpoint-1.dos");
+	char corrupt[4300];
+	snprintf(corrupt, sizeof corrupt, "%s/corrupt.dos", dir);
+	FILE *in = fopen(path, "rb"), *out = fopen(corrupt, "wb");
+	CHECK(in && out, "copying the checkpoint");
+	for (long at = 0, c; (c = fgetc(in)) != EOF; at++)
+		fputc(at == 2000 ? c ^ 1 : (int)c, out); /* one bit of master's section */
+	fclose(in);
+	fclose(out);
+	expect(dos_opt_load(opt, corrupt), -EIO, "is corrupted");
+	/* a checkpoint of another layout: same tensors, other subgroups */
+	struct dos_opt_config other = cfg;
+	other.subgroup_size = 400;
+	dos_opt_t opt2;
+	CHECK(dos_opt_create(&opt2, &other, T, a.tensors) == 0, "%s", dos_last_error());
+	expect(dos_opt_load(opt2, path), -EINVAL, "subgroup_size = 500, but the model has 400");
+	dos_opt_destroy(opt2);
+	CHECK(dos_opt_read_state(opt, now.master, now.m, now.v, N) == 0, "%s", dos_last_error());
+	same_state(&two, &now, "refused loads");
+	CHECK(dos_opt_get_info(opt, &info) == 0 && info.steps_submitted == 2 && info.updates_applied == 2,
+	      "refused loads changed the counters");
+
+	/* a load that works: back to the state after step 1, and the model's weights too */
+	CHECK(dos_opt_load(opt, path) == 0, "%s", dos_last_error());
+	CHECK(dos_opt_read_state(opt, after.master, after.m, after.v, N) == 0, "%s", dos_last_error());
+	same_state(&before, &after, "save then load");
+	CHECK(dos_opt_get_info(opt, &info) == 0 && info.steps_submitted == 1 && info.updates_applied == 1,
+	      "load: counters %llu, %llu", (unsigned long long)info.steps_submitted,
+	      (unsigned long long)info.updates_applied);
+	CHECK(dos_opt_wait(opt) == 0, "%s", dos_last_error());
+	app_weights(&a, after.weights);
+	CHECK(test_first_difference(after.weights, before.master, N, 4) < 0,
+	      "after a load the model's weights are not the loaded master weights");
+	unlink(corrupt);
+	unlink(path);
+	rmdir(dir);
+
+	dos_opt_destroy(opt);
+	dos_opt_destroy(NULL);
+	starpu_data_unregister(h16);
+	starpu_data_unregister(hlong);
+	starpu_data_unregister(hvar);
+	app_free(&a);
+}
+
+/* A state that stops being finite is refused by save, naming the value. */
+static void save_refuses_non_finite(void)
+{
+	struct dos_opt_config cfg = base_config();
+	cfg.hp.lr = 1e38;
+	cfg.hp.weight_decay = 0;
+	struct app a;
+	app_init(&a, DOS_FP32, DOS_BF16, 0);
+	dos_opt_t opt;
+	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
+	for (uint64_t k = 0; k < 3; k++) {
+		app_backward(&a, k, DOS_BF16, NULL);
+		CHECK(dos_opt_submit_step(opt, NULL) == 0, "%s", dos_last_error());
+	}
+	char dir[] = "/tmp/dos-embed-XXXXXX", path[4200];
+	CHECK(mkdtemp(dir), "mkdtemp");
+	expect(dos_opt_save(opt, dir, 1, NULL, 0), -ERANGE, "the optimizer state is not finite: master weight");
+	CHECK(dos_opt_latest_checkpoint(dir, path, sizeof path) == -ENOENT, "a refused save wrote %s", path);
+	rmdir(dir);
+	dos_opt_destroy(opt);
+	app_free(&a);
+}
+
+/* ---- 2, 3. 16-bit tensors and buffers ---------------------------------------------------- */
+
+static void sixteen_bit_and_buffers(void)
+{
+	static struct state ref, got;
+	struct app a;
+	float narrowed[N];
+
+	/* bf16 tensors, bf16 weights and gradients against fp32 tensors with the same values */
+	struct dos_opt_config cfg = base_config();
+	cfg.weight_dtype = cfg.grad_dtype = DOS_BF16;
+	app_init(&a, DOS_FP32, DOS_BF16, 0);
+	train(&a, cfg, DOS_BF16, &ref);
+	app_free(&a);
+	app_init(&a, DOS_BF16, DOS_BF16, 0);
+	train(&a, cfg, DOS_BF16, &got);
+	app_free(&a);
+	same_state(&ref, &got, "bf16 tensors");
+	CHECK(test_first_difference(ref.weights, got.weights, N, 4) < 0, "bf16 tensors: weights differ");
+	for (int i = 0; i < N; i++)
+		narrowed[i] = dos_bf16_to_float(dos_float_to_bf16(ref.master[i]));
+	CHECK(test_first_difference(narrowed, got.weights, N, 4) < 0, "bf16 tensors: weights are not rounded masters");
+
+	/* fp16 tensors with fp32 weights and gradients: the refresh narrows the masters */
+	cfg = base_config();
+	app_init(&a, DOS_FP32, DOS_FP16, 0);
+	train(&a, cfg, DOS_FP16, &ref);
+	app_free(&a);
+	app_init(&a, DOS_FP16, DOS_FP16, 0);
+	train(&a, cfg, DOS_FP16, &got);
+	app_free(&a);
+	same_state(&ref, &got, "fp16 tensors");
+	for (int i = 0; i < N; i++)
+		narrowed[i] = dos_fp16_to_float(dos_float_to_fp16(ref.master[i]));
+	CHECK(test_first_difference(narrowed, got.weights, N, 4) < 0, "fp16 tensors: weights are not rounded masters");
+	CHECK(test_first_difference(ref.master, got.weights, N, 4) >= 0, "fp16 weights equal fp32 masters: vacuous");
+
+	/* buffers the API registers against the application's handles (the fp32 run above) */
+	app_init(&a, DOS_FP32, DOS_FP16, 1);
+	train(&a, cfg, DOS_FP16, &got);
+	app_free(&a);
+	same_state(&ref, &got, "buffers");
+	CHECK(test_first_difference(ref.weights, got.weights, N, 4) < 0, "buffers: weights differ");
+	printf("16-bit tensors (bf16; fp16 with fp32 state) and API-registered buffers: bit-identical to fp32 "
+	       "handles\n");
+}
+
+/* ---- 4. clipping and loss scaling --------------------------------------------------------- */
+
+static void clipping_and_loss_scaling(void)
+{
+	struct dos_opt_config cfg = base_config();
+	cfg.clip_norm = 0.5;
+	cfg.dynamic_loss_scale = 1;
+	cfg.loss_scale_init = 1024;
+	cfg.loss_scale_window = 1000;
+	struct app a;
+	app_init(&a, DOS_FP32, DOS_BF16, 0);
+	dos_opt_t opt;
+	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
+	struct dos_opt_step_report report;
+	app_backward(&a, 0, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(opt, &report) == 0 && report.applied && report.grad_norm > 0 &&
+		      report.loss_scale_used == 1024,
+	      "step 1: applied %d, norm %g, scale %g", report.applied, report.grad_norm, report.loss_scale_used);
+	CHECK(dos_opt_wait(opt) == 0, "wait");
+	struct dos_opt_step_times times;
+	CHECK(dos_opt_get_step_times(opt, &times) == 0 && times.step == 1 && times.tasks[DOS_PHASE_STATS] == 3 &&
+		      times.tasks[DOS_PHASE_GATHER] == 3 && times.tasks[DOS_PHASE_UPDATE] == 3 &&
+		      times.tasks[DOS_PHASE_REFRESH] == T && times.busy_seconds[DOS_PHASE_UPDATE] > 0 &&
+		      times.span_seconds[DOS_PHASE_UPDATE] <= times.step_seconds,
+	      "step times with statistics");
+	static struct state before, after;
+	CHECK(dos_opt_read_state(opt, before.master, before.m, before.v, N) == 0, "%s", dos_last_error());
+	float inf = INFINITY;
+	app_backward(&a, 1, DOS_BF16, &inf);
+	CHECK(dos_opt_submit_step(opt, &report) == 0 && !report.applied && report.overflow_subgroup == 0, "overflow");
+	CHECK(dos_opt_read_state(opt, after.master, after.m, after.v, N) == 0, "%s", dos_last_error());
+	same_state(&before, &after, "a skipped step");
+	struct dos_opt_info info;
+	CHECK(dos_opt_get_info(opt, &info) == 0 && info.skipped_steps == 1 && info.updates_applied == 1 &&
+		      info.steps_submitted == 2 && info.loss_scale == 512,
+	      "after an overflow: skipped %llu, scale %g", (unsigned long long)info.skipped_steps, info.loss_scale);
+	CHECK(dos_opt_wait(opt) == 0 && dos_opt_get_step_times(opt, &times) == 0 && times.step == 2 &&
+		      times.tasks[DOS_PHASE_UPDATE] == 0 && times.tasks[DOS_PHASE_STATS] == 3,
+	      "a skipped step's times");
+	dos_opt_destroy(opt);
+	app_free(&a);
+	printf("clipping and loss scaling: statistics phase timed, a skipped step leaves the state, scale halved\n");
+}
+
+/* ---- 5. a StarPU the API started ----------------------------------------------------------- */
+
+static void api_owned_starpu(void)
+{
+	struct dos_opt_config cfg = base_config();
+	struct app a, b;
+	app_init(&a, DOS_FP32, DOS_BF16, 1);
+	app_init(&b, DOS_FP32, DOS_BF16, 1);
+	dos_opt_t first, second;
+	CHECK(dos_opt_create(&first, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
+	CHECK(starpu_is_initialized(), "dos_opt_create did not start StarPU");
+	CHECK(dos_opt_create(&second, &cfg, T, b.tensors) == 0, "%s", dos_last_error());
+	struct dos_opt_info i1, i2;
+	CHECK(dos_opt_get_info(first, &i1) == 0 && dos_opt_get_info(second, &i2) == 0, "info");
+	CHECK(i1.owns_starpu && i2.owns_starpu && i1.sched_ctx == 0 && i2.sched_ctx != 0,
+	      "the first optimizer runs StarPU's context under dos, the second its own (%u, %u)", i1.sched_ctx,
+	      i2.sched_ctx);
+	struct dos_sched_stats st;
+	CHECK(dos_sched_get_stats(0, &st) == 0 && dos_sched_get_stats(i2.sched_ctx, &st) == 0,
+	      "both contexts run the dos policy");
+	app_backward(&a, 0, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(first, NULL) == 0, "%s", dos_last_error());
+	dos_opt_destroy(first);
+	CHECK(starpu_is_initialized(), "StarPU stopped while the second optimizer needs it");
+	app_backward(&b, 0, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(second, NULL) == 0 && dos_opt_wait(second) == 0, "%s", dos_last_error());
+	dos_opt_destroy(second);
+	CHECK(!starpu_is_initialized(), "StarPU still runs after the last optimizer");
+	app_free(&a);
+	app_free(&b);
+	printf("API-owned StarPU: started by the first optimizer, stopped with the last\n");
+}
+
+int main(void)
+{
+	CHECK(dos_version_number() == DOS_VERSION_NUMBER && !strcmp(dos_version_string(), DOS_VERSION_STRING) &&
+		      DOS_VERSION_NUMBER == DOS_VERSION_MAJOR * 10000 + DOS_VERSION_MINOR * 100 + DOS_VERSION_PATCH,
+	      "runtime version %s (%u) against compiled %s (%u)", dos_version_string(), dos_version_number(),
+	      DOS_VERSION_STRING, DOS_VERSION_NUMBER);
+
+	refusals_without_starpu();
+	api_owned_starpu();
+
+	int ret = starpu_init(NULL);
+	if (ret == -ENODEV)
+		return TEST_SKIP;
+	CHECK(ret == 0, "starpu_init: %d", ret);
+	refusals_with_starpu();
+	save_refuses_non_finite();
+	sixteen_bit_and_buffers();
+	clipping_and_loss_scaling();
+	starpu_shutdown();
+	printf("bad arguments: %d refusals, each naming the argument and its value, none with a side effect\n",
+	       refusals);
+	return 0;
+}
