@@ -2,6 +2,7 @@
  * task creator. Buffers: master, m, v (fp32, RW), grad (R), and optionally the 16-bit
  * working weights (W), so the codelet has a variable number of buffers (4 or 5). */
 #include <errno.h>
+#include <math.h>
 
 #include "codelet_util.h"
 #include "codelets.h"
@@ -40,6 +41,39 @@ static void adam_cuda(void *buffers[], void *cl_arg)
 
 DOS_DEFINE_CODELET(adam, adam_cpu, adam_cuda, STARPU_VARIABLE_NBUFFERS);
 
+/* The scalars are copied into the task and trusted by every kernel: a hand-made or
+ * corrupted struct would turn the whole state into NaN one subgroup at a time, so each
+ * field must lie where dos_adam_step_init() puts it. */
+static int check_step(const struct dos_adam_step *s)
+{
+	const struct {
+		const char *name;
+		float value;
+		int ok;
+	} fields[] = {
+		{"grad_multiplier", s->grad_multiplier, s->grad_multiplier > 0.0f && isfinite(s->grad_multiplier)},
+		{"lerp_coeff", s->lerp_coeff, s->lerp_coeff >= -1.0f && s->lerp_coeff <= 1.0f},
+		{"beta2", s->beta2, s->beta2 >= 0.0f && s->beta2 <= 1.0f}, /* beta2 < 1 may round to 1 */
+		{"one_minus_beta2", s->one_minus_beta2, s->one_minus_beta2 > 0.0f && s->one_minus_beta2 <= 1.0f},
+		{"bc2_sqrt", s->bc2_sqrt, s->bc2_sqrt > 0.0f && s->bc2_sqrt <= 1.0f},
+		{"eps", s->eps, s->eps > 0.0f && isfinite(s->eps)},
+		{"neg_step_size", s->neg_step_size, s->neg_step_size <= 0.0f && isfinite(s->neg_step_size)},
+		{"decay", s->decay, isfinite(s->decay)},
+		{"weight_decay", s->weight_decay, s->weight_decay >= 0.0f && isfinite(s->weight_decay)},
+	};
+	if (s->step == 0 || s->decay_kind > DOS_DECAY_L2 || s->lerp_from_grad > 1)
+		return DOS_FAIL(-EINVAL,
+				"step was not filled by dos_adam_step_init (step = %llu, decay_kind = %u, "
+				"lerp_from_grad = %u)",
+				(unsigned long long)s->step, s->decay_kind, s->lerp_from_grad);
+	for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+		if (!fields[i].ok)
+			return DOS_FAIL(-EINVAL,
+					"step->%s = %g is out of range: step was not filled by dos_adam_step_init",
+					fields[i].name, (double)fields[i].value);
+	return 0;
+}
+
 int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t master, starpu_data_handle_t m,
 			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,
 			 starpu_data_handle_t weight16, enum dos_dtype weight_dtype, struct starpu_task **task_out)
@@ -52,9 +86,8 @@ int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t 
 		return DOS_FAIL(-EINVAL, "task_out is NULL");
 	if (!step)
 		return DOS_FAIL(-EINVAL, "step is NULL");
-	if (step->step == 0 || step->decay_kind > DOS_DECAY_L2)
-		return DOS_FAIL(-EINVAL, "step was not filled by dos_adam_step_init (step = %llu, decay_kind = %u)",
-				(unsigned long long)step->step, step->decay_kind);
+	if ((err = check_step(step)))
+		return err;
 	if ((err = _dos_check_dtype(__func__, "grad_dtype", grad_dtype, 0)))
 		return err;
 	if (weight16 && (err = _dos_check_dtype(__func__, "weight_dtype", weight_dtype, 1)))

@@ -89,7 +89,9 @@ struct dos_adam_step {
 /* Computes the scalars of 1-based step `step` for hyper-parameters `hp`, with the
  * gradient multiplier `grad_multiplier` (finite, > 0; 1 when there is neither loss
  * scaling nor clipping). Errors: -EINVAL for NULL pointers, step 0, lr < 0, betas outside
- * [0, 1), eps <= 0, weight_decay < 0, non-finite values, an unknown mode. */
+ * [0, 1), eps <= 0, weight_decay < 0, non-finite values, an unknown mode, and values that
+ * are fine in double but not once rounded to float (a step size or decay that overflows,
+ * an eps or multiplier that becomes 0). */
 int dos_adam_step_init(struct dos_adam_step *out, const struct dos_adam_hparams *hp, uint64_t step,
 		       double grad_multiplier);
 
@@ -123,7 +125,8 @@ const char *dos_cpu_isa_name(enum dos_cpu_isa isa);
 
 /* One Adam/AdamW update of a subgroup: master (fp32, RW), m (fp32, RW), v (fp32, RW),
  * grad (grad_dtype, R), and weight16 (weight_dtype fp16 or bf16, W; NULL when training in
- * fp32). The step scalars are copied into the task. */
+ * fp32). The step scalars are copied into the task; each field must lie where
+ * dos_adam_step_init() puts it (-EINVAL naming the field otherwise). */
 int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t master, starpu_data_handle_t m,
 			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,
 			 starpu_data_handle_t weight16, enum dos_dtype weight_dtype, struct starpu_task **task_out);
