@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data.h"
 #include "checkpoint.h"
+#include "data.h"
+#include "dos_policy.h"
 #include "errors.h"
 #include "host_memory.h"
 #include "numerics.h"
@@ -63,8 +64,7 @@ static void copy_home(starpu_data_handle_t *h, uint32_t n, const float *flat, fl
 static void declare_gpu_memory(const struct dos_train_config *cfg, const struct dos_model *model,
 			       const struct dos_optimizer *opt)
 {
-	struct dos_sched_stats stats;
-	if (starpu_cuda_worker_get_count() == 0 || dos_sched_get_stats(cfg->sched_ctx, &stats) != 0)
+	if (starpu_cuda_worker_get_count() == 0 || !_dos_sched_ctx_is_ours(cfg->sched_ctx))
 		return;
 	double per_param = (double)dos_dtype_size(opt->cfg.grad_dtype) + (opt->cfg.weight_dtype == DOS_FP32 ? 0 : 2);
 	double model_bytes = (double)dos_model_gpu_bytes(model);

@@ -162,7 +162,9 @@ int dos_grad_scale_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dt
  * starpu_init can pass dos_sched_policy("dos") as starpu_conf.sched_policy, or create a
  * scheduling context with it (STARPU_SCHED_CTX_POLICY_STRUCT). */
 
-/* The policy named `name`, or NULL for a name that is not one of ours. */
+/* The policy named `name`, or NULL for NULL or a name that is not one of ours: a lookup
+ * (programs ask it before falling back to StarPU's own policies), so NULL is an answer,
+ * not a failure, and no error is recorded. */
 struct starpu_sched_policy *dos_sched_policy(const char *name);
 
 struct dos_sched_stats {
@@ -187,7 +189,9 @@ struct dos_sched_stats {
  * of sched/bound.c, to print measured times as a ratio to it. Call it between
  * starpu_init and starpu_shutdown. Errors: -EINVAL for bad arguments, -ENODATA when StarPU's
  * dos_adam perfmodel has no measurements yet for that subgroup size on some worker kind
- * (calibrate first: dos-bench calibrate, or STARPU_CALIBRATE=1). */
+ * (calibrate first: dos-bench calibrate, or STARPU_CALIBRATE=1). -EINVAL covers NULL
+ * `seconds`, params or subgroup_params out of range, unknown dtypes, StarPU not running
+ * and a context that does not exist. */
 int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
 			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds);
 
@@ -205,7 +209,8 @@ int dos_host_contention_record(double factor);
 int dos_host_cpu_rate_record(double params_per_second);
 
 /* Statistics of the starpu-dos policy running in `sched_ctx` (0 for the global one).
- * Errors: -EINVAL for a NULL `out` or a context not run by one of our policies. */
+ * Errors: -EINVAL for a NULL `out`, StarPU not running, a context that does not exist or
+ * is not run by one of our policies (the message names the context and its policy). */
 int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);
 
 /* Declares the GPU memory the application's own tasks in `sched_ctx` keep during an
@@ -213,7 +218,8 @@ int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);
  * will need), which the dos plan then leaves free for them; it replaces the previous
  * declaration, and DOS_GPU_RESERVE_MIB adds to it. The training graph (graph/train.c)
  * declares its own from the model's shape. Errors: -EINVAL for a negative or non-finite
- * `bytes` or a context not run by one of our policies. */
+ * `bytes`, StarPU not running, or a context that does not exist or is not run by one of
+ * our policies. */
 int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes);
 
 #ifdef __cplusplus
