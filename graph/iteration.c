@@ -1,9 +1,11 @@
 /* The optimizer step's task graph (iteration.h). */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "codelet_util.h"
 #include "errors.h"
 #include "flat.h"
 #include "host_memory.h"
@@ -19,41 +21,80 @@ static void submit_task(struct dos_optimizer *opt, struct starpu_task *task)
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", task->cl->name, err);
 }
 
-static int check_config(const struct dos_optimizer_config *c)
+int dos_optimizer_config_check(const struct dos_optimizer_config *c, uint64_t nparams)
 {
 	struct dos_adam_step probe;
 	int err;
+	if (!c)
+		return DOS_FAIL(-EINVAL, "cfg is NULL");
 	if (c->weight_dtype != DOS_FP32 && c->weight_dtype != DOS_FP16 && c->weight_dtype != DOS_BF16)
 		return DOS_FAIL(-EINVAL, "weight_dtype = %d is not fp32, fp16 or bf16", (int)c->weight_dtype);
 	if (c->grad_dtype != DOS_FP32 && c->grad_dtype != c->weight_dtype)
-		return DOS_FAIL(-EINVAL, "grad_dtype = %s must be fp32 or the weight dtype %s",
+		return DOS_FAIL(-EINVAL, "grad_dtype = %d (%s) must be fp32 or the weight dtype %s", (int)c->grad_dtype,
 				dos_dtype_name(c->grad_dtype), dos_dtype_name(c->weight_dtype));
+	/* a subgroup is one StarPU vector, whose length is 32-bit */
+	uint64_t max_subgroup = nparams < UINT32_MAX ? nparams : UINT32_MAX;
+	if (c->subgroup_size == 0 || c->subgroup_size > max_subgroup)
+		return DOS_FAIL(-EINVAL,
+				"subgroup size = %llu must be in [1, %llu] (the model's parameter count, at most "
+				"2^32 - 1)",
+				(unsigned long long)c->subgroup_size, (unsigned long long)max_subgroup);
 	if ((err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)))
 		return err;
 	if (!(c->clip_norm >= 0) || !isfinite(c->clip_norm))
 		return DOS_FAIL(-EINVAL, "clip_norm = %g must be finite and >= 0 (0 turns clipping off)", c->clip_norm);
-	if (c->dynamic_loss_scale &&
-	    (!(c->loss_scale_init >= 1) || !isfinite(c->loss_scale_init) || c->loss_scale_window == 0))
-		return DOS_FAIL(-EINVAL, "loss scaling needs loss_scale_init >= 1 (got %g) and a window > 0 (got %u)",
-				c->loss_scale_init, c->loss_scale_window);
+	if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1) || !isfinite(c->loss_scale_init)))
+		return DOS_FAIL(-EINVAL, "loss_scale_init = %g: dynamic loss scaling needs a finite scale >= 1",
+				c->loss_scale_init);
+	if (c->dynamic_loss_scale && c->loss_scale_window == 0)
+		return DOS_FAIL(-EINVAL, "loss_scale_window = 0: dynamic loss scaling needs a window > 0");
+	return _dos_check_sched_ctx("dos_optimizer_config_check", "sched_ctx", c->sched_ctx);
+}
+
+/* Each tensor's weight and gradient handle: an fp32 vector of numel[t] elements (the
+ * gathers and refreshes copy exactly that many). */
+static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu_data_handle_t *weights,
+				starpu_data_handle_t *grads)
+{
+	for (uint32_t t = 0; t < ntensors; t++) {
+		starpu_data_handle_t *lists[] = {weights, grads};
+		const char *list_names[] = {"weights", "grads"};
+		for (int l = 0; l < 2; l++) {
+			char name[32];
+			uint32_t nx;
+			snprintf(name, sizeof name, "%s[%u]", list_names[l], t);
+			int err = _dos_check_vector("dos_optimizer_create", name, lists[l][t], sizeof(float), &nx);
+			if (err)
+				return err;
+			if (nx != numel[t])
+				return DOS_FAIL(-EINVAL, "%s has %u elements but numel[%u] = %llu", name, nx, t,
+						(unsigned long long)numel[t]);
+		}
+	}
 	return 0;
 }
 
-int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_config *cfg, uint32_t ntensors,
+int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_config *cfg, uint32_t ntensors,
 			 const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
 			 const float *initial)
 {
 	int err;
-	if (!opt)
-		return DOS_FAIL(-EINVAL, "opt is NULL");
-	*opt = (struct dos_optimizer){0};
-	if (!cfg || !numel || !weights || !grads || !initial)
-		return DOS_FAIL(-EINVAL, "NULL argument (cfg %p, numel %p, weights %p, grads %p, initial %p)",
-				(const void *)cfg, (const void *)numel, (void *)weights, (void *)grads,
+	if (!out || !cfg || !numel || !weights || !grads || !initial)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, cfg %p, numel %p, weights %p, grads %p, initial %p)",
+				(void *)out, (const void *)cfg, (const void *)numel, (void *)weights, (void *)grads,
 				(const void *)initial);
-	if ((err = check_config(cfg)))
+	if (ntensors == 0)
+		return DOS_FAIL(-EINVAL, "ntensors = 0: the optimizer needs at least one tensor");
+	if ((err = check_tensor_handles(ntensors, numel, weights, grads)))
 		return err;
-	if ((err = dos_subgroup_map_build(&opt->map, numel, ntensors, cfg->subgroup_size)))
+	uint64_t nparams = 0; /* no overflow: each count matched a 32-bit vector length */
+	for (uint32_t t = 0; t < ntensors; t++)
+		nparams += numel[t];
+	if ((err = dos_optimizer_config_check(cfg, nparams)))
+		return err;
+	/* built aside and copied out at the end: a refused or failed call leaves *out as it was */
+	struct dos_optimizer o = {0}, *opt = &o;
+	if ((err = dos_subgroup_map_build(&o.map, numel, ntensors, cfg->subgroup_size)))
 		return err;
 	opt->cfg = *cfg;
 	opt->tensor_weight = weights;
@@ -94,6 +135,7 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
 			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
 		starpu_variable_data_register(&opt->stats_h[s], -1, 0, sizeof(struct dos_grad_stats));
 	}
+	*out = o;
 	return 0;
 no_memory:
 	dos_optimizer_destroy(opt);
@@ -198,8 +240,10 @@ static int global_stats(struct dos_optimizer *opt, double *sum_sq, uint32_t *ove
 
 int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report *report)
 {
-	if (!opt || !opt->master_h || !report)
+	if (!opt || !report)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, report %p)", (void *)opt, (void *)report);
+	if (!opt->master_h)
+		return DOS_FAIL(-EINVAL, "opt %p was not made by dos_optimizer_create (or was destroyed)", (void *)opt);
 	const struct dos_optimizer_config *c = &opt->cfg;
 	uint32_t N = opt->map.nsubgroups;
 	*report = (struct dos_step_report){
@@ -207,7 +251,9 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	for (uint32_t s = 0; s < N; s++)
 		submit_gather(opt, s);
 
-	double multiplier = 1.0 / opt->loss_scale;
+	/* the loss scale moves only once the step's tasks exist: a failing call changes nothing */
+	double multiplier = 1.0 / opt->loss_scale, next_scale = opt->loss_scale;
+	uint32_t next_good_steps = opt->good_steps;
 	if (c->clip_norm > 0 || c->dynamic_loss_scale) {
 		double sum_sq;
 		int err = global_stats(opt, &sum_sq, &report->overflow_subgroup);
@@ -227,9 +273,9 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 		/* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), capped at 1 */
 		if (c->clip_norm > 0 && report->grad_norm > c->clip_norm)
 			multiplier *= c->clip_norm / (report->grad_norm + 1e-6);
-		if (c->dynamic_loss_scale && ++opt->good_steps >= c->loss_scale_window) {
-			opt->loss_scale *= 2;
-			opt->good_steps = 0;
+		if (c->dynamic_loss_scale && ++next_good_steps >= c->loss_scale_window) {
+			next_scale *= 2;
+			next_good_steps = 0;
 		}
 	}
 
@@ -237,15 +283,28 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	int err = dos_adam_step_init(&step, &c->hp, opt->step + 1, multiplier);
 	if (err)
 		return err;
+	struct starpu_task **updates = malloc(N * sizeof *updates);
+	if (!updates)
+		return DOS_FAIL(-ENOMEM, "no memory for the %u update tasks of step %llu", N,
+				(unsigned long long)opt->step + 1);
 	for (uint32_t s = 0; s < N; s++) {
-		struct starpu_task *task;
 		err = dos_adam_task_create(&step, opt->master_h[s], opt->m_h[s], opt->v_h[s], opt->grad_h[s],
 					   c->grad_dtype, c->weight_dtype != DOS_FP32 ? opt->weight16_h[s] : NULL,
-					   c->weight_dtype, &task);
-		if (err)
+					   c->weight_dtype, &updates[s]);
+		if (err) {
+			for (uint32_t k = 0; k < s; k++) {
+				updates[k]->destroy = 0; /* never submitted */
+				starpu_task_destroy(updates[k]);
+			}
+			free(updates);
 			return err;
-		submit_task(opt, task);
+		}
 	}
+	opt->loss_scale = next_scale;
+	opt->good_steps = next_good_steps;
+	for (uint32_t s = 0; s < N; s++)
+		submit_task(opt, updates[s]);
+	free(updates);
 	opt->step++;
 	for (uint32_t t = 0; t < opt->map.ntensors; t++)
 		submit_refresh(opt, t);

@@ -59,10 +59,18 @@ struct dos_step_report {
 	uint32_t overflow_subgroup; /* first subgroup with inf/nan gradients, when skipped */
 };
 
-/* Creates the optimizer over `ntensors` tensors (weights: fp32 handles the refresh
- * writes; grads: fp32 handles backward writes), with master weights initialised from
- * `initial` (flat, fp32). Errors: -EINVAL naming the bad field (NULL, subgroup size, dtypes,
- * hyper-parameters, clip_norm < 0, loss-scale settings), -ENOMEM. */
+/* Checks a configuration for a model of `nparams` parameters: dtypes, subgroup size in
+ * [1, min(nparams, 2^32 - 1)], hyper-parameters (dos_adam_step_init's checks),
+ * clip_norm >= 0, loss-scale settings, an existing scheduling context. Returns 0 or
+ * -EINVAL naming the field and its value. */
+int dos_optimizer_config_check(const struct dos_optimizer_config *cfg, uint64_t nparams);
+
+/* Creates the optimizer over `ntensors` tensors (weights: fp32 vector handles of numel[t]
+ * elements the refresh writes; grads: the same, written by backward), with master
+ * weights initialised from `initial` (flat, fp32). Errors: -EINVAL naming the bad
+ * argument or field (NULL, no tensors, empty tensors, handles that are not fp32 vectors of
+ * numel[t] elements, and dos_optimizer_config_check's), -ENOMEM naming what could not be
+ * allocated; *opt is left untouched then. */
 int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_config *cfg, uint32_t ntensors,
 			 const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
 			 const float *initial);

@@ -185,7 +185,13 @@ static int check_config(const struct dos_train_config *c)
 		return DOS_FAIL(-EINVAL, "data_path is NULL");
 	if (c->shape.vocab < 256)
 		return DOS_FAIL(-EINVAL, "vocab = %u: the byte-level corpus needs at least 256", c->shape.vocab);
-	return 0;
+	if ((c->resume || c->checkpoint_every) && !c->checkpoint_dir)
+		return DOS_FAIL(-EINVAL, "resume = %d, checkpoint_every = %llu: both need a checkpoint_dir", c->resume,
+				(unsigned long long)c->checkpoint_every);
+	/* the optimizer's own checks, before anything is loaded or allocated */
+	struct dos_optimizer_config oc = c->opt;
+	oc.sched_ctx = c->sched_ctx;
+	return dos_optimizer_config_check(&oc, dos_model_param_count(&c->shape, NULL));
 }
 
 int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out)
@@ -196,18 +202,24 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	if ((err = check_config(cfg)))
 		return err;
 	uint64_t params = dos_model_param_count(&cfg->shape, NULL);
-	if (cfg->opt.subgroup_size == 0 || cfg->opt.subgroup_size > params)
-		return DOS_FAIL(-EINVAL, "subgroup size = %llu must be in [1, %llu] (the model's parameter count)",
-				(unsigned long long)cfg->opt.subgroup_size, (unsigned long long)params);
+	uint32_t A = cfg->accumulation;
+	/* the loss handles of the step being read and the step being submitted; on the heap,
+	 * as up to 2^20 micro-batches per step would overflow the stack */
+	starpu_data_handle_t *loss_slots = calloc(2 * (size_t)A, sizeof *loss_slots);
+	if (!loss_slots)
+		return DOS_FAIL(-ENOMEM, "no memory for the loss handles of %u micro-batches", A);
 
 	struct dos_corpus corpus;
 	struct dos_model model;
 	struct dos_optimizer opt;
-	if ((err = dos_corpus_load(&corpus, cfg->data_path, cfg->shape.seq_len, cfg->seed)))
+	if ((err = dos_corpus_load(&corpus, cfg->data_path, cfg->shape.seq_len, cfg->seed))) {
+		free(loss_slots);
 		return err;
+	}
 	if ((err = dos_model_create(&model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->checkpoint_activations,
 				    cfg->sched_ctx))) {
 		dos_corpus_free(&corpus);
+		free(loss_slots);
 		return err;
 	}
 	model.hook = cfg->hook;
@@ -218,6 +230,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 					model.weights))) {
 		dos_model_destroy(&model);
 		dos_corpus_free(&corpus);
+		free(loss_slots);
 		return err;
 	}
 	opt.hook = cfg->hook;
@@ -230,14 +243,13 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		dos_optimizer_destroy(&opt);
 		dos_model_destroy(&model);
 		dos_corpus_free(&corpus);
+		free(loss_slots);
 		return err;
 	}
 	if (out)
 		out->resumed_from = first_step;
-	uint32_t A = cfg->accumulation, tokens = cfg->micro_batch * cfg->shape.seq_len;
-	starpu_data_handle_t loss_slots[2][A];
-	memset(loss_slots, 0, sizeof loss_slots);
-	struct pending_step pending[2] = {{.loss = loss_slots[0]}, {.loss = loss_slots[1]}};
+	uint32_t tokens = cfg->micro_batch * cfg->shape.seq_len;
+	struct pending_step pending[2] = {{.loss = loss_slots}, {.loss = loss_slots + A}};
 	int have_pending = 0;
 	double start = now_seconds();
 	for (uint64_t k = first_step; k < cfg->steps && !err; k++) {
@@ -288,10 +300,10 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		have_pending = 1;
 	}
 	starpu_task_wait_for_all();
-	for (int i = 0; i < 2; i++) /* left by an error */
-		for (uint32_t a = 0; a < A; a++)
-			if (loss_slots[i][a])
-				starpu_data_unregister(loss_slots[i][a]);
+	for (size_t i = 0; i < 2 * (size_t)A; i++) /* left by an error */
+		if (loss_slots[i])
+			starpu_data_unregister(loss_slots[i]);
+	free(loss_slots);
 	if (!err && DOS_VALUES_ARE_REAL) { /* the final state, once home */
 		hold_state_home(&opt, 1);
 		err = check_state_finite(&opt, cfg->steps);
