@@ -131,6 +131,23 @@ int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t 
 			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,
 			 starpu_data_handle_t weight16, enum dos_dtype weight_dtype, struct starpu_task **task_out);
 
+/* Which outputs of an update got an inf or a NaN somewhere: the bits of the flag below. */
+enum dos_nonfinite_bits {
+	DOS_NONFINITE_MASTER = 1,
+	DOS_NONFINITE_M = 2,
+	DOS_NONFINITE_V = 4,
+};
+
+/* Makes the unsubmitted dos_adam task `task` also write, into `flag` (a variable handle
+ * of one uint32_t, W), the enum dos_nonfinite_bits of the master weights, m and v it
+ * wrote (0: all finite), so that a NaN appearing in the state is seen at the step where it
+ * appears, without reading the state back. Costs one multiply per output vector on the
+ * CPU and a compare per element on the GPU; the state itself is computed exactly as
+ * without the flag. Errors: -EINVAL for NULL arguments, a task that is not an
+ * unsubmitted dos_adam task or already has a flag, a flag that is not a 4-byte variable
+ * handle. */
+int dos_adam_task_report_nonfinite(struct starpu_task *task, starpu_data_handle_t flag);
+
 /* weight16 (fp16 or bf16, W) = master (fp32, R) rounded to nearest even. */
 int dos_cast_task_create(starpu_data_handle_t master, starpu_data_handle_t weight16, enum dos_dtype weight_dtype,
 			 struct starpu_task **task_out);

@@ -137,6 +137,42 @@ int main(void)
 	EXPECT(-EINVAL, "grad is NULL", dos_grad_scale_task_create(NULL, DOS_FP16, 1.0f, &task));
 	EXPECT(-EINVAL, "grad_dtype = -1", dos_grad_scale_task_create(hg16, (enum dos_dtype) - 1, 1.0f, &task));
 
+	/* the non-finite flag of an update task */
+	struct starpu_task *update = NULL;
+	CHECK(dos_adam_task_create(&st, hp, hm, hv, hg16, DOS_FP16, NULL, DOS_FP16, &update) == 0, "%s",
+	      dos_last_error());
+	unsigned nbuffers = STARPU_TASK_GET_NBUFFERS(update);
+	expect(dos_adam_task_report_nonfinite(NULL, hflag), -EINVAL, "task is NULL", NULL);
+	expect(dos_adam_task_report_nonfinite(update, NULL), -EINVAL, "flag is NULL", NULL);
+	expect(dos_adam_task_report_nonfinite(update, hstats), -EINVAL,
+	       "flag must be a variable handle of 4 bytes (uint32_t), not 16", NULL);
+	expect(dos_adam_task_report_nonfinite(update, hp), -EINVAL, "flag must be a variable handle, not interface id",
+	       NULL);
+	struct starpu_task *cast = NULL;
+	CHECK(dos_cast_task_create(hp, hw, DOS_BF16, &cast) == 0, "%s", dos_last_error());
+	expect(dos_adam_task_report_nonfinite(cast, hflag), -EINVAL, "is a dos_cast task, not a dos_adam task", NULL);
+	CHECK(STARPU_TASK_GET_NBUFFERS(update) == nbuffers, "a refused flag changed the update task");
+	CHECK(dos_adam_task_report_nonfinite(update, hflag) == 0, "%s", dos_last_error());
+	expect(dos_adam_task_report_nonfinite(update, hflag), -EINVAL, "already reports into a flag", NULL);
+	CHECK(STARPU_TASK_GET_NBUFFERS(update) == nbuffers + 1, "the flag is one more buffer");
+	cast->destroy = 0; /* never submitted */
+	starpu_task_destroy(cast);
+	/* once submitted, a task's buffers are StarPU's */
+	struct starpu_task *submitted = NULL;
+	CHECK(dos_adam_task_create(&st, hp, hm, hv, hg16, DOS_FP16, NULL, DOS_FP16, &submitted) == 0, "%s",
+	      dos_last_error());
+	submitted->destroy = 0;
+	submitted->detach = 0;
+	CHECK(starpu_task_submit(submitted) == 0 && starpu_task_wait(submitted) == 0, "run an update");
+	expect(dos_adam_task_report_nonfinite(submitted, hflag), -EINVAL, "task was already submitted", NULL);
+	starpu_task_destroy(submitted);
+	/* the task with its flag runs and writes it: finite state, no bits */
+	flag = 0xdeadbeef;
+	CHECK(starpu_task_submit(update) == 0 && starpu_task_wait_for_all() == 0, "run the flagged update");
+	starpu_data_acquire(hflag, STARPU_R);
+	CHECK(flag == 0, "a finite update reported %#x", flag);
+	starpu_data_release(hflag);
+
 	/* the policies' functions, in a context that is not ours (the default policy) */
 	struct dos_sched_stats sched_stats, sched_before;
 	memset(&sched_stats, 0x5a, sizeof sched_stats);
