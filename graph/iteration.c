@@ -112,6 +112,9 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
 		if (!(*arrays[i] = calloc(N, sizeof(starpu_data_handle_t))))
 			goto no_memory;
+	if (!(opt->nonfinite = calloc(2 * (size_t)N, sizeof *opt->nonfinite)) ||
+	    !(opt->nonfinite_h = calloc(2 * (size_t)N, sizeof *opt->nonfinite_h)))
+		goto no_memory;
 	if (DOS_VALUES_ARE_REAL) {
 		memcpy(opt->master, initial, P * sizeof(float));
 		memset(opt->m, 0, P * sizeof(float));
@@ -135,6 +138,9 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
 		starpu_variable_data_register(&opt->stats_h[s], -1, 0, sizeof(struct dos_grad_stats));
 	}
+	for (size_t f = 0; f < 2 * (size_t)N; f++)
+		starpu_variable_data_register(&opt->nonfinite_h[f], STARPU_MAIN_RAM, (uintptr_t)&opt->nonfinite[f],
+					      sizeof *opt->nonfinite);
 	*out = o;
 	return 0;
 no_memory:
@@ -154,6 +160,11 @@ void dos_optimizer_destroy(struct dos_optimizer *opt)
 				starpu_data_unregister(arrays[i][s]);
 		free(arrays[i]);
 	}
+	for (size_t f = 0; opt->nonfinite_h && f < 2 * (size_t)opt->map.nsubgroups; f++)
+		if (opt->nonfinite_h[f])
+			starpu_data_unregister(opt->nonfinite_h[f]);
+	free(opt->nonfinite_h);
+	free(opt->nonfinite);
 	uint64_t bytes = opt->map.nparams * sizeof(float);
 	dos_host_free(opt->master, bytes);
 	dos_host_free(opt->m, bytes);
@@ -287,10 +298,16 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	if (!updates)
 		return DOS_FAIL(-ENOMEM, "no memory for the %u update tasks of step %llu", N,
 				(unsigned long long)opt->step + 1);
+	uint64_t update = opt->step + 1;
+	starpu_data_handle_t *flags = opt->nonfinite_h + (update % 2) * N;
 	for (uint32_t s = 0; s < N; s++) {
 		err = dos_adam_task_create(&step, opt->master_h[s], opt->m_h[s], opt->v_h[s], opt->grad_h[s],
 					   c->grad_dtype, c->weight_dtype != DOS_FP32 ? opt->weight16_h[s] : NULL,
 					   c->weight_dtype, &updates[s]);
+		if (!err && (err = dos_adam_task_report_nonfinite(updates[s], flags[s]))) {
+			updates[s]->destroy = 0;
+			starpu_task_destroy(updates[s]);
+		}
 		if (err) {
 			for (uint32_t k = 0; k < s; k++) {
 				updates[k]->destroy = 0; /* never submitted */
@@ -305,8 +322,40 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	for (uint32_t s = 0; s < N; s++)
 		submit_task(opt, updates[s]);
 	free(updates);
+	opt->nonfinite_update[update % 2] = update;
+	report->update = update;
 	opt->step++;
 	for (uint32_t t = 0; t < opt->map.ntensors; t++)
 		submit_refresh(opt, t);
+	return 0;
+}
+
+int dos_optimizer_update_nonfinite(struct dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,
+				   uint32_t *bits)
+{
+	if (!opt || !opt->nonfinite_h || !count || !subgroup || !bits)
+		return DOS_FAIL(-EINVAL, "NULL argument or optimizer (opt %p, count %p, subgroup %p, bits %p)",
+				(void *)opt, (void *)count, (void *)subgroup, (void *)bits);
+	if (update == 0 || opt->nonfinite_update[update % 2] != update)
+		return DOS_FAIL(-EINVAL, "update = %llu: its flags are not there (the latest update is %llu)",
+				(unsigned long long)update, (unsigned long long)opt->step);
+	uint32_t N = opt->map.nsubgroups, n = 0, first = UINT32_MAX, first_bits = 0;
+	starpu_data_handle_t *flags = opt->nonfinite_h + (update % 2) * N;
+	const uint32_t *values = opt->nonfinite + (update % 2) * N;
+	for (uint32_t s = 0; s < N; s++) {
+		int err = starpu_data_acquire(flags[s], STARPU_R);
+		if (err)
+			return DOS_FAIL(err, "reading the non-finite flag of subgroup %u failed (%d)", s, err);
+		if (values[s]) {
+			if (!n++) {
+				first = s;
+				first_bits = values[s];
+			}
+		}
+		starpu_data_release(flags[s]);
+	}
+	*count = n;
+	*subgroup = first;
+	*bits = first_bits;
 	return 0;
 }

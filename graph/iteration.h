@@ -5,7 +5,8 @@
  *            to the gradient dtype); depends only on those tensors' final gradients;
  *   stats    per subgroup, then one host-side reduction in subgroup order: only when
  *            clipping or dynamic loss scaling is on (the barrier they need);
- *   update   per subgroup: dos_adam (placed by the scheduling policy);
+ *   update   per subgroup: dos_adam (placed by the scheduling policy), which also
+ *            reports whether it wrote an inf or NaN into a flag read one step later;
  *   refresh  per tensor: its working weights from the updated subgroups (widened to
  *            fp32), which the next forward reads.
  *
@@ -42,11 +43,16 @@ struct dos_optimizer {
 	float *master, *m, *v;                                                      /* flat, pinned (starpu_malloc) */
 	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h; /* per subgroup */
 	starpu_data_handle_t *tensor_weight, *tensor_grad;                          /* not owned */
-	uint64_t step;                                                              /* updates applied so far */
-	uint64_t skipped_steps;                                                     /* steps dropped for overflow */
-	double loss_scale;                                                          /* 1 without dynamic loss scaling */
-	uint32_t good_steps; /* since the last change of the scale */
-	int copies_on_gpu;   /* gathers and refreshes run on CUDA workers (there are some) */
+	/* each update's non-finite bits per subgroup, in two slots by update parity, so the
+	 * host reads update u's while u + 1 runs: [slot * nsubgroups + s] */
+	uint32_t *nonfinite;
+	starpu_data_handle_t *nonfinite_h;
+	uint64_t nonfinite_update[2]; /* the update whose bits each slot holds (0: none yet) */
+	uint64_t step;                /* updates applied so far */
+	uint64_t skipped_steps;       /* steps dropped for overflow */
+	double loss_scale;            /* 1 without dynamic loss scaling */
+	uint32_t good_steps;          /* since the last change of the scale */
+	int copies_on_gpu;            /* gathers and refreshes run on CUDA workers (there are some) */
 	dos_task_hook hook;
 	void *hook_arg;
 };
@@ -57,6 +63,7 @@ struct dos_step_report {
 	double grad_norm; /* unscaled global norm, when clipping or loss scaling is on; else -1 */
 	double loss_scale_used;
 	uint32_t overflow_subgroup; /* first subgroup with inf/nan gradients, when skipped */
+	uint64_t update;            /* 1-based number of the update applied (0 when skipped) */
 };
 
 /* Checks a configuration for a model of `nparams` parameters: dtypes, subgroup size in
@@ -78,6 +85,14 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
  * depend on them through the handles). Blocks only when clipping or loss scaling needs
  * the global statistics. Returns 0 or a negative errno. */
 int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report *report);
+/* Whether update `update` (a dos_step_report's) left non-finite values in the state: the
+ * number of subgroups it did that to in *count (0: none), the first of them in *subgroup
+ * and the enum dos_nonfinite_bits of that one in *bits. Waits for that update's tasks
+ * only (not for later steps'), reading the flags its update tasks wrote, not the state.
+ * Call it before update + 2 is submitted, which reuses the flags. Errors: -EINVAL for
+ * NULL arguments or an update whose flags are not (or no longer) there. */
+int dos_optimizer_update_nonfinite(struct dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,
+				   uint32_t *bits);
 /* Waits for the optimizer's tasks and frees everything (master, m, v are up to date). */
 void dos_optimizer_destroy(struct dos_optimizer *opt);
 

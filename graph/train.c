@@ -1,6 +1,7 @@
 /* The training loop (train.h). Submission runs one step ahead of the results: the loss
- * of step k is read after step k+1 has been submitted, so the host never idles the
- * workers, except where loss scaling or clipping needs the gradient statistics. */
+ * of step k, and whether its updates left the optimizer state finite, are read after step
+ * k+1 has been submitted, so the host never idles the workers, except where loss scaling
+ * or clipping needs the gradient statistics. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -94,25 +95,32 @@ static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config 
 					    .hp = opt->cfg.hp};
 }
 
-/* Saves the state after `steps_done` steps: waits for that step's updates (reading every
- * subgroup's state where it is home), writes, and lets the next step go on. */
-/* With every subgroup's state home and readable: an error naming the first non-finite value
- * of master, m or v (array, parameter, subgroup, step), so that a NaN in the state is
- * reported instead of being saved or trained on silently. */
-static int check_state_finite(const struct dos_optimizer *opt, uint64_t steps_done)
+/* An error naming the step, the first subgroup and the arrays that the step's update left
+ * with an inf or NaN (from the flags the update tasks wrote: the state is not read), so
+ * that a NaN in the state is reported at the step where it appears instead of being
+ * saved or trained on. A skipped step wrote nothing: its state was checked before. */
+static int check_update_finite(struct dos_optimizer *opt, const struct dos_step_report *report, uint64_t step)
 {
-	const float *arrays[] = {opt->master, opt->m, opt->v};
-	const char *names[] = {"master weight", "Adam m", "Adam v"};
+	if (!DOS_VALUES_ARE_REAL || !report->update)
+		return 0;
+	uint32_t count, s, bits;
+	int err = dos_optimizer_update_nonfinite(opt, report->update, &count, &s, &bits);
+	if (err || count == 0)
+		return err;
+	static const char *const names[] = {"master weight", "Adam m", "Adam v"};
+	char arrays[64] = "", others[64] = "";
 	for (int a = 0; a < 3; a++)
-		for (uint64_t i = 0; i < opt->map.nparams; i++)
-			if (!isfinite(arrays[a][i]))
-				return DOS_FAIL(
-					-ERANGE,
-					"after step %llu the optimizer state is not finite: %s of parameter %llu "
-					"(subgroup %llu) is %g; not saved, training stopped",
-					(unsigned long long)steps_done, names[a], (unsigned long long)i,
-					(unsigned long long)(i / opt->map.subgroup_size), (double)arrays[a][i]);
-	return 0;
+		if (bits & (1u << a))
+			snprintf(arrays + strlen(arrays), sizeof arrays - strlen(arrays), "%s%s", *arrays ? ", " : "",
+				 names[a]);
+	if (count > 1)
+		snprintf(others, sizeof others, " (and %u more subgroups)", count - 1);
+	uint64_t first = (uint64_t)s * opt->map.subgroup_size;
+	return DOS_FAIL(-ERANGE,
+			"after step %llu the optimizer state is not finite: %s of subgroup %u (parameters %llu to "
+			"%llu)%s; not saved, training stopped",
+			(unsigned long long)step, arrays, s, (unsigned long long)first,
+			(unsigned long long)(first + dos_subgroup_len(&opt->map, s) - 1), others);
 }
 
 /* Brings every subgroup's master, m and v home and holds them readable there (hold = 1:
@@ -128,12 +136,15 @@ static void hold_state_home(const struct dos_optimizer *opt, int hold)
 				starpu_data_release(state[i][s]);
 }
 
+/* Saves the state after `steps_done` steps, whose report is `report`: waits for that
+ * step's updates (reading every subgroup's state where it is home), checks that they left
+ * it finite, writes, and lets the next step go on. */
 static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model, struct dos_optimizer *opt,
-			   const struct dos_corpus *corpus, uint64_t steps_done)
+			   const struct dos_corpus *corpus, const struct dos_step_report *report, uint64_t steps_done)
 {
 	hold_state_home(opt, 1);
 	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, steps_done);
-	int err = check_state_finite(opt, steps_done);
+	int err = check_update_finite(opt, report, steps_done);
 	if (!err)
 		err = dos_checkpoint_save(cfg->checkpoint_dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
 	hold_state_home(opt, 0);
@@ -192,6 +203,32 @@ static int check_config(const struct dos_train_config *c)
 	struct dos_optimizer_config oc = c->opt;
 	oc.sched_ctx = c->sched_ctx;
 	return dos_optimizer_config_check(&oc, dos_model_param_count(&c->shape, NULL));
+}
+
+/* The end of a submitted step, once its updates have run: the finiteness of the state
+ * they wrote, then the step's loss and progress. */
+static int finish_step(const struct dos_train_config *cfg, struct dos_optimizer *opt, struct pending_step *q,
+		       double start, struct dos_train_output *out)
+{
+	int err = check_update_finite(opt, &q->report, q->step);
+	if (err)
+		return err;
+	uint32_t A = cfg->accumulation, tokens = cfg->micro_batch * cfg->shape.seq_len;
+	double loss = collect_loss(q, A, tokens);
+	if (out && out->losses)
+		out->losses[q->step - 1] = loss;
+	if (cfg->on_step) {
+		struct dos_train_progress pr = {.step = q->step,
+						.steps = cfg->steps,
+						.loss = loss,
+						.applied = q->report.applied,
+						.grad_norm = q->report.grad_norm,
+						.loss_scale = q->report.loss_scale_used,
+						.elapsed = now_seconds() - start,
+						.tokens = q->step * (uint64_t)tokens * A};
+		cfg->on_step(cfg->on_step_arg, &pr);
+	}
+	return 0;
 }
 
 int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out)
@@ -273,42 +310,23 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		p->step = k + 1;
 		if ((err = dos_optimizer_submit_step(&opt, &p->report)))
 			break;
+		/* the previous step while this one runs: first whether its updates left the state
+		 * finite (before anything can save it), then its loss */
+		if (have_pending && (err = finish_step(cfg, &opt, &pending[(k + 1) % 2], start, out)))
+			break;
+		have_pending = 1;
 		if (cfg->checkpoint_dir && DOS_VALUES_ARE_REAL &&
 		    (k + 1 == cfg->steps || (cfg->checkpoint_every && (k + 1) % cfg->checkpoint_every == 0)) &&
-		    (err = save_checkpoint(cfg, &model, &opt, &corpus, k + 1)))
+		    (err = save_checkpoint(cfg, &model, &opt, &corpus, &p->report, k + 1)))
 			break;
-		/* report the previous step while this one runs */
-		for (int last = 0; last <= (k + 1 == cfg->steps); last++) {
-			struct pending_step *q = last ? p : &pending[(k + 1) % 2];
-			if (!last && !have_pending)
-				continue;
-			double loss = collect_loss(q, A, tokens);
-			if (out && out->losses)
-				out->losses[q->step - 1] = loss;
-			if (cfg->on_step) {
-				struct dos_train_progress pr = {.step = q->step,
-								.steps = cfg->steps,
-								.loss = loss,
-								.applied = q->report.applied,
-								.grad_norm = q->report.grad_norm,
-								.loss_scale = q->report.loss_scale_used,
-								.elapsed = now_seconds() - start,
-								.tokens = q->step * (uint64_t)tokens * A};
-				cfg->on_step(cfg->on_step_arg, &pr);
-			}
-		}
-		have_pending = 1;
+		if (k + 1 == cfg->steps && (err = finish_step(cfg, &opt, p, start, out)))
+			break;
 	}
 	starpu_task_wait_for_all();
 	for (size_t i = 0; i < 2 * (size_t)A; i++) /* left by an error */
 		if (loss_slots[i])
 			starpu_data_unregister(loss_slots[i]);
 	free(loss_slots);
-	if (!err && DOS_VALUES_ARE_REAL) { /* the final state, once home */
-		hold_state_home(&opt, 1);
-		err = check_state_finite(&opt, cfg->steps);
-		hold_state_home(&opt, 0);
-	}
 	if (out) {
 		out->seconds = now_seconds() - start;
 		out->skipped_steps = opt.skipped_steps;
