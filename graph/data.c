@@ -8,6 +8,7 @@
 #include "data.h"
 #include "errors.h"
 #include "flat.h"
+#include "host_memory.h"
 
 int dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len, uint64_t seed)
 {
@@ -43,15 +44,18 @@ int dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len, 
 				(unsigned long long)len);
 	}
 	struct dos_corpus c = {0};
-	if (starpu_malloc((void **)&c.bytes, (size_t)len) != 0) {
+	char what[4200];
+	snprintf(what, sizeof what, "the data file %s", path);
+	int err = dos_host_alloc((void **)&c.bytes, (size_t)len, what, &c.pinned);
+	if (err) {
 		fclose(f);
-		return DOS_FAIL(-ENOMEM, "no memory for the %llu bytes of %s", (unsigned long long)len, path);
+		return err;
 	}
 	size_t got = fread(c.bytes, 1, (size_t)len, f);
 	int read_error = ferror(f);
 	fclose(f);
 	if (got != (size_t)len || read_error) {
-		starpu_free_noflag(c.bytes, (size_t)len);
+		dos_host_free(c.bytes, (size_t)len, c.pinned);
 		return DOS_FAIL(-EIO, "short read of the data file %s (%zu of %llu bytes)", path, got,
 				(unsigned long long)len);
 	}
@@ -67,7 +71,7 @@ void dos_corpus_free(struct dos_corpus *c)
 	if (!c || !c->bytes)
 		return;
 	starpu_data_unregister(c->handle);
-	starpu_free_noflag(c->bytes, c->len);
+	dos_host_free(c->bytes, c->len, c->pinned);
 	*c = (struct dos_corpus){0};
 }
 

@@ -19,7 +19,8 @@ static inline uint64_t dos_splitmix64(uint64_t *state)
 #define DOS_DATA_SEED_MIX 0xD1B54A32D192ED03ull
 
 struct dos_corpus {
-	uint8_t *bytes; /* starpu_malloc'd (pinned when CUDA workers exist) */
+	uint8_t *bytes; /* from dos_host_alloc (pinned when CUDA workers exist and it can be) */
+	int pinned;
 	uint64_t len;
 	starpu_data_handle_t handle; /* the bytes as a vector of uint8, home in main memory */
 	uint64_t rng;                /* batch-order generator */

@@ -104,9 +104,18 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 	uint64_t P = opt->map.nparams;
 	uint32_t N = opt->map.nsubgroups;
 	int sixteen = cfg->weight_dtype != DOS_FP32;
-	if (dos_host_alloc((void **)&opt->master, P * sizeof(float)) ||
-	    dos_host_alloc((void **)&opt->m, P * sizeof(float)) || dos_host_alloc((void **)&opt->v, P * sizeof(float)))
-		goto no_memory;
+	/* one block: the state is pinned, or not, as a whole */
+	float *state;
+	char what[128];
+	snprintf(what, sizeof what, "the optimizer state (fp32 master weights, Adam m and v of %llu parameters)",
+		 (unsigned long long)P);
+	if ((err = dos_host_alloc((void **)&state, 3 * P * sizeof(float), what, &opt->state_pinned))) {
+		dos_subgroup_map_free(&opt->map);
+		return err;
+	}
+	opt->master = state;
+	opt->m = state + P;
+	opt->v = state + 2 * P;
 	starpu_data_handle_t **arrays[] = {&opt->master_h, &opt->m_h,        &opt->v_h,
 					   &opt->grad_h,   &opt->weight16_h, &opt->stats_h};
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
@@ -145,7 +154,7 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 	return 0;
 no_memory:
 	dos_optimizer_destroy(opt);
-	return DOS_FAIL(-ENOMEM, "no memory for the optimizer state of %llu parameters", (unsigned long long)P);
+	return DOS_FAIL(-ENOMEM, "no memory for the handle tables of %u subgroups", N);
 }
 
 void dos_optimizer_destroy(struct dos_optimizer *opt)
@@ -165,10 +174,7 @@ void dos_optimizer_destroy(struct dos_optimizer *opt)
 			starpu_data_unregister(opt->nonfinite_h[f]);
 	free(opt->nonfinite_h);
 	free(opt->nonfinite);
-	uint64_t bytes = opt->map.nparams * sizeof(float);
-	dos_host_free(opt->master, bytes);
-	dos_host_free(opt->m, bytes);
-	dos_host_free(opt->v, bytes);
+	dos_host_free(opt->master, 3 * opt->map.nparams * sizeof(float), opt->state_pinned);
 	dos_subgroup_map_free(&opt->map);
 	*opt = (struct dos_optimizer){0};
 }

@@ -40,7 +40,8 @@ struct dos_optimizer_config {
 struct dos_optimizer {
 	struct dos_optimizer_config cfg;
 	struct dos_subgroup_map map;
-	float *master, *m, *v;                                                      /* flat, pinned (starpu_malloc) */
+	float *master, *m, *v; /* flat, one block from dos_host_alloc (master first) */
+	int state_pinned;      /* how dos_host_alloc made it */
 	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h; /* per subgroup */
 	starpu_data_handle_t *tensor_weight, *tensor_grad;                          /* not owned */
 	/* each update's non-finite bits per subgroup, in two slots by update parity, so the

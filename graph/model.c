@@ -144,11 +144,14 @@ int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape,
 	m->numel = calloc(m->ntensors, sizeof *m->numel);
 	m->weight = calloc(m->ntensors, sizeof *m->weight);
 	m->grad = calloc(m->ntensors, sizeof *m->grad);
-	if (!m->numel || !m->weight || !m->grad)
-		goto no_memory;
+	if (!m->numel || !m->weight || !m->grad) {
+		err = DOS_FAIL(-ENOMEM, "no memory for the tables of %u tensors", m->ntensors);
+		goto fail;
+	}
 	m->nparams = dos_model_param_count(shape, m->numel);
-	if (dos_host_alloc((void **)&m->weights, m->nparams * sizeof(float)) != 0)
-		goto no_memory;
+	if ((err = dos_host_alloc((void **)&m->weights, m->nparams * sizeof(float), "the model's fp32 working weights",
+				  &m->weights_pinned)))
+		goto fail;
 	if (DOS_VALUES_ARE_REAL)
 		dos_model_init_weights(shape, seed, m->weights);
 	/* as in real training, forward and backward run on the GPU when there is one */
@@ -162,11 +165,11 @@ int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape,
 	}
 	*out = model;
 	return 0;
-no_memory:
+fail:
 	free(m->numel);
 	free(m->weight);
 	free(m->grad);
-	return DOS_FAIL(-ENOMEM, "no memory for the model's parameters");
+	return err;
 }
 
 void dos_model_destroy(struct dos_model *m)
@@ -177,7 +180,7 @@ void dos_model_destroy(struct dos_model *m)
 		starpu_data_unregister(m->weight[t]);
 		starpu_data_unregister(m->grad[t]);
 	}
-	dos_host_free(m->weights, m->nparams * sizeof(float));
+	dos_host_free(m->weights, m->nparams * sizeof(float), m->weights_pinned);
 	free(m->numel);
 	free(m->weight);
 	free(m->grad);

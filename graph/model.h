@@ -40,6 +40,7 @@ struct dos_model {
 	uint64_t *numel; /* [ntensors] */
 	uint64_t nparams;
 	float *weights;               /* flat working weights (fp32), home of the weight handles */
+	int weights_pinned;           /* how dos_host_alloc made them */
 	starpu_data_handle_t *weight; /* [ntensors] */
 	starpu_data_handle_t *grad;   /* [ntensors] fp32 gradients (no home) */
 	dos_task_hook hook;
