@@ -1,5 +1,5 @@
-/* The task graph's reusable entry points (graph/: the corpus, the model, the optimizer,
- * the training loop) refuse bad input with the right error code and a message naming the
+/* The task graph's reusable entry points (graph/: the corpus, the model, the optimizer
+ * and its non-finite flags, the training loop) refuse bad input with the right error code and a message naming the
  * argument and its value, and change nothing: their output structures keep their bytes,
  * no task is submitted (the workers are paused, so a submitted task would still be
  * counted), and the training loop writes no checkpoint. */
@@ -174,6 +174,16 @@ static void optimizer(void)
 	CHECK(CREATE(&good) == 0, "%s", dos_last_error());
 	starpu_pause();
 	expect(dos_optimizer_submit_step(&opt, NULL), -EINVAL, "report (nil)");
+	/* no update has run: there are no flags to read yet */
+	uint32_t count = 0xa5a5a5a5, subgroup = 0xa5a5a5a5, bits = 0xa5a5a5a5;
+	expect(dos_optimizer_update_nonfinite(&opt, 1, &count, &subgroup, &bits), -EINVAL,
+	       "update = 1: its flags are not there (the latest update is 0)");
+	expect(dos_optimizer_update_nonfinite(&opt, 0, &count, &subgroup, &bits), -EINVAL, "update = 0");
+	expect(dos_optimizer_update_nonfinite(&opt, 1, NULL, &subgroup, &bits), -EINVAL, "count (nil)");
+	expect(dos_optimizer_update_nonfinite(&blank, 1, &count, &subgroup, &bits), -EINVAL,
+	       "NULL argument or optimizer");
+	CHECK(count == 0xa5a5a5a5 && subgroup == 0xa5a5a5a5 && bits == 0xa5a5a5a5,
+	      "a refused dos_optimizer_update_nonfinite wrote its outputs");
 	starpu_resume();
 	dos_optimizer_destroy(&opt);
 	starpu_data_handle_t all[] = {w[0], w[1], g[0], g[1], g_half[0], w_short[1]};
