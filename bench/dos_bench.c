@@ -578,6 +578,7 @@ struct gpu_bench {
 	struct subgroup dev; /* adam */
 	size_t n;
 	struct dos_adam_step step;
+	uint32_t *nonfinite; /* the update's non-finite flag, as training asks for it */
 };
 
 static double gpu_elapsed_since_start(struct gpu_bench *g)
@@ -605,7 +606,7 @@ static double gpu_adam_batch(void *ctx, long calls)
 	CUDA_CHECK(cudaEventRecord(g->start, g->stream));
 	for (long c = 0; c < calls; c++)
 		CUDA_CHECK(_dos_adam_cuda(&g->step, b[MASTER], b[MOMENT1], b[MOMENT2], b[GRAD], DOS_FP16, b[WEIGHT16],
-					  DOS_BF16, g->n, g->stream));
+					  DOS_BF16, g->n, g->nonfinite, g->stream));
 	return gpu_elapsed_since_start(g);
 }
 
@@ -656,6 +657,7 @@ static void run_gpu(const struct options *o, double *copy_ratio, size_t *at_size
 	       prop.name, (double)total_bytes / 1e9, g.bytes >> 20, copy_bw / 1e9);
 	printf("%12s %5s  %-7s %9s %9s %8s\n", "params", "where", "variant", "Gparam/s", "GB/s", "/copy");
 	g.step = adam_step(1000);
+	CUDA_CHECK(cudaMalloc((void **)&g.nonfinite, sizeof *g.nonfinite));
 	for (int s = 0; s < o->nsizes; s++) {
 		char what[64];
 		g.n = o->sizes[s];
@@ -675,6 +677,7 @@ static void run_gpu(const struct options *o, double *copy_ratio, size_t *at_size
 		for (int b = 0; b < NBUFFERS; b++)
 			CUDA_CHECK(cudaFree(g.dev.buf[b]));
 	}
+	CUDA_CHECK(cudaFree(g.nonfinite));
 	CUDA_CHECK(cudaEventDestroy(g.start));
 	CUDA_CHECK(cudaEventDestroy(g.stop));
 	CUDA_CHECK(cudaStreamDestroy(g.stream));

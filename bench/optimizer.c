@@ -20,6 +20,7 @@
 
 #include "bench.h"
 #include "dos.h"
+#include "dos_policy.h"
 
 #define MAX_POLICIES 32
 #define MAX_POLICY_NAME 64
@@ -703,7 +704,8 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 	if (st.other_tasks)
 		printf("# %s: %lu update tasks ran on workers that are neither CPU nor CUDA\n", policy, st.other_tasks);
 	struct dos_sched_stats stats;
-	if (dos_sched_get_stats(0, &stats) == 0) /* one of our policies: its decision cost */
+	if (_dos_sched_ctx_is_ours(0) &&
+	    dos_sched_get_stats(0, &stats) == 0) /* one of our policies: its decision cost */
 		printf("# %s: decision cost %.2f us per task placed (%lu tasks), planning %.3f ms per step (%lu "
 		       "subgroups)\n",
 		       policy, 1e6 * stats.decision_seconds / (double)(stats.decisions ? stats.decisions : 1),

@@ -1,44 +1,86 @@
 /* The Adam/AdamW subgroup update codelet: its CPU and CUDA implementations, perfmodel and
- * task creator. Buffers: master, m, v (fp32, RW), grad (R), and optionally the 16-bit
- * working weights (W), so the codelet has a variable number of buffers (4 or 5). */
+ * task creator. Buffers: master, m, v (fp32, RW), grad (R), optionally the 16-bit working
+ * weights (W), and optionally a uint32_t flag (W) receiving the non-finite bits of what
+ * the update wrote; so the codelet has a variable number of buffers (4 to 6). */
 #include <errno.h>
+#include <math.h>
 
 #include "codelet_util.h"
 #include "codelets.h"
 #include "errors.h"
 #include "kernels.h"
 
+/* the buffers of the fullest update task live in the task itself */
+_Static_assert(STARPU_NMAXBUFS >= 6, "dos_adam tasks need 6 buffers");
+
 struct adam_args {
 	struct dos_adam_step step;
 	enum dos_dtype grad_dtype;
 	enum dos_dtype weight_dtype;
+	uint32_t has_weight16; /* buffer 4 */
+	uint32_t has_flag;     /* the buffer after the last array (dos_adam_task_report_nonfinite) */
 };
 
 static void adam_cpu(void *buffers[], void *cl_arg)
 {
 	const struct adam_args *a = cl_arg;
-	int has_weight = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) == 5;
-	_dos_cpu_kernels_selected()->adam(
+	uint32_t nonfinite = _dos_cpu_kernels_selected()->adam(
 		&a->step, (float *)STARPU_VECTOR_GET_PTR(buffers[0]), (float *)STARPU_VECTOR_GET_PTR(buffers[1]),
 		(float *)STARPU_VECTOR_GET_PTR(buffers[2]), (const void *)STARPU_VECTOR_GET_PTR(buffers[3]),
-		a->grad_dtype, has_weight ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL, a->weight_dtype,
+		a->grad_dtype, a->has_weight16 ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL, a->weight_dtype,
 		STARPU_VECTOR_GET_NX(buffers[0]));
+	if (a->has_flag)
+		*(uint32_t *)STARPU_VARIABLE_GET_PTR(buffers[4 + a->has_weight16]) = nonfinite;
 }
 
 #ifdef DOS_USE_CUDA
 static void adam_cuda(void *buffers[], void *cl_arg)
 {
 	const struct adam_args *a = cl_arg;
-	int has_weight = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) == 5;
 	DOS_CUDA_CHECK(_dos_adam_cuda(
 		&a->step, (float *)STARPU_VECTOR_GET_PTR(buffers[0]), (float *)STARPU_VECTOR_GET_PTR(buffers[1]),
 		(float *)STARPU_VECTOR_GET_PTR(buffers[2]), (const void *)STARPU_VECTOR_GET_PTR(buffers[3]),
-		a->grad_dtype, has_weight ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL, a->weight_dtype,
-		STARPU_VECTOR_GET_NX(buffers[0]), starpu_cuda_get_local_stream()));
+		a->grad_dtype, a->has_weight16 ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL, a->weight_dtype,
+		STARPU_VECTOR_GET_NX(buffers[0]),
+		a->has_flag ? (uint32_t *)STARPU_VARIABLE_GET_PTR(buffers[4 + a->has_weight16]) : NULL,
+		starpu_cuda_get_local_stream()));
 }
 #endif
 
 DOS_DEFINE_CODELET(adam, adam_cpu, adam_cuda, STARPU_VARIABLE_NBUFFERS);
+
+/* The scalars are copied into the task and trusted by every kernel: a hand-made or
+ * corrupted struct would turn the whole state into NaN one subgroup at a time, so each
+ * field must lie where dos_adam_step_init() puts it. */
+static int check_step(const struct dos_adam_step *s)
+{
+	const struct {
+		const char *name;
+		float value;
+		int ok;
+	} fields[] = {
+		{"grad_multiplier", s->grad_multiplier, s->grad_multiplier > 0.0f && isfinite(s->grad_multiplier)},
+		{"lerp_coeff", s->lerp_coeff, s->lerp_coeff >= -1.0f && s->lerp_coeff <= 1.0f},
+		{"beta2", s->beta2, s->beta2 >= 0.0f && s->beta2 <= 1.0f}, /* beta2 < 1 may round to 1 */
+		{"one_minus_beta2", s->one_minus_beta2, s->one_minus_beta2 > 0.0f && s->one_minus_beta2 <= 1.0f},
+		{"bc2_sqrt", s->bc2_sqrt, s->bc2_sqrt > 0.0f && s->bc2_sqrt <= 1.0f},
+		{"eps", s->eps, s->eps > 0.0f && isfinite(s->eps)},
+		{"neg_step_size", s->neg_step_size, s->neg_step_size <= 0.0f && isfinite(s->neg_step_size)},
+		{"decay", s->decay, isfinite(s->decay)},
+		{"weight_decay", s->weight_decay, s->weight_decay >= 0.0f && isfinite(s->weight_decay)},
+	};
+	if (s->step == 0 || s->decay_kind > DOS_DECAY_L2 || s->lerp_from_grad > 1)
+		return DOS_FAIL(-EINVAL,
+				"step was not filled by dos_adam_step_init (step = %llu, decay_kind = %u, "
+				"lerp_from_grad = %u)",
+				(unsigned long long)s->step, s->decay_kind, s->lerp_from_grad);
+	for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+		if (!fields[i].ok)
+			return DOS_FAIL(-EINVAL,
+					"step->%s = %g is out of range: step was not filled by dos_adam_step_init",
+					fields[i].name, (double)fields[i].value);
+	return 0;
+}
 
 int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t master, starpu_data_handle_t m,
 			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,
@@ -52,9 +94,8 @@ int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t 
 		return DOS_FAIL(-EINVAL, "task_out is NULL");
 	if (!step)
 		return DOS_FAIL(-EINVAL, "step is NULL");
-	if (step->step == 0 || step->decay_kind > DOS_DECAY_L2)
-		return DOS_FAIL(-EINVAL, "step was not filled by dos_adam_step_init (step = %llu, decay_kind = %u)",
-				(unsigned long long)step->step, step->decay_kind);
+	if ((err = check_step(step)))
+		return err;
 	if ((err = _dos_check_dtype(__func__, "grad_dtype", grad_dtype, 0)))
 		return err;
 	if (weight16 && (err = _dos_check_dtype(__func__, "weight_dtype", weight_dtype, 1)))
@@ -71,7 +112,10 @@ int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t 
 	if ((err = _dos_check_distinct(__func__, handles, names, 5)))
 		return err;
 
-	struct adam_args args = {.step = *step, .grad_dtype = grad_dtype, .weight_dtype = weight_dtype};
+	struct adam_args args = {.step = *step,
+				 .grad_dtype = grad_dtype,
+				 .weight_dtype = weight_dtype,
+				 .has_weight16 = weight16 != NULL};
 	struct starpu_task *task = _dos_task_with_args(__func__, &_dos_adam_codelet, &args, sizeof args);
 	if (!task)
 		return -ENOMEM;
@@ -85,6 +129,33 @@ int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t 
 	return 0;
 }
 
+int dos_adam_task_report_nonfinite(struct starpu_task *task, starpu_data_handle_t flag)
+{
+	if (!task)
+		return DOS_FAIL(-EINVAL, "task is NULL");
+	if (task->cl != &_dos_adam_codelet || !task->cl_arg)
+		return DOS_FAIL(-EINVAL, "task is a %s task, not a dos_adam task",
+				task->cl && task->cl->name ? task->cl->name : "codelet-less");
+	if (task->status != STARPU_TASK_INIT)
+		return DOS_FAIL(-EINVAL, "task was already submitted (status %d)", (int)task->status);
+	struct adam_args *a = task->cl_arg; /* the task's own copy (_dos_task_with_args) */
+	if (a->has_flag)
+		return DOS_FAIL(-EINVAL, "task already reports into a flag");
+	if (!flag)
+		return DOS_FAIL(-EINVAL, "flag is NULL");
+	if (starpu_data_get_interface_id(flag) != STARPU_VARIABLE_INTERFACE_ID)
+		return DOS_FAIL(-EINVAL, "flag must be a variable handle, not interface id %d",
+				(int)starpu_data_get_interface_id(flag));
+	if (starpu_variable_get_elemsize(flag) != sizeof(uint32_t))
+		return DOS_FAIL(-EINVAL, "flag must be a variable handle of 4 bytes (uint32_t), not %zu",
+				starpu_variable_get_elemsize(flag));
+	task->handles[task->nbuffers] = flag;
+	task->modes[task->nbuffers] = STARPU_W;
+	task->nbuffers++;
+	a->has_flag = 1;
+	return 0;
+}
+
 int _dos_adam_task_info(const struct starpu_task *task, uint64_t *step, enum dos_dtype *grad_dtype,
 			enum dos_dtype *weight_dtype, size_t *params)
 {
@@ -93,7 +164,7 @@ int _dos_adam_task_info(const struct starpu_task *task, uint64_t *step, enum dos
 	const struct adam_args *a = task->cl_arg;
 	*step = a->step.step;
 	*grad_dtype = a->grad_dtype;
-	*weight_dtype = STARPU_TASK_GET_NBUFFERS(task) == 5 ? a->weight_dtype : DOS_FP32;
+	*weight_dtype = a->has_weight16 ? a->weight_dtype : DOS_FP32;
 	*params = starpu_vector_get_nx(STARPU_TASK_GET_HANDLE(task, 0));
 	return 0;
 }

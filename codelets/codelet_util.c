@@ -39,6 +39,18 @@ int _dos_check_distinct(const char *function, starpu_data_handle_t *handles, con
 	return 0;
 }
 
+int _dos_check_sched_ctx(const char *function, const char *name, unsigned sched_ctx)
+{
+	if (!starpu_is_initialized())
+		return _dos_fail(-EINVAL, function,
+				 "StarPU is not initialised (call between starpu_init and starpu_shutdown)");
+	/* a context that was never created, or was deleted, has no worker collection */
+	if (sched_ctx >= STARPU_NMAX_SCHED_CTXS || !starpu_sched_ctx_get_worker_collection(sched_ctx))
+		return _dos_fail(-EINVAL, function, "%s = %u is not a scheduling context of this StarPU", name,
+				 sched_ctx);
+	return 0;
+}
+
 struct starpu_task *_dos_task_with_args(const char *function, struct starpu_codelet *cl, const void *args, size_t size)
 {
 	void *copy = malloc(size);

@@ -1,5 +1,6 @@
-/* Helpers shared by the codelet files: argument checks on handles, task construction,
- * and the CUDA error path. */
+/* Helpers shared by the codelet files (and the argument checks by the task graph and
+ * the policies): argument checks on handles and contexts, task construction, and the
+ * CUDA error path. */
 #ifndef DOS_CODELET_UTIL_H
 #define DOS_CODELET_UTIL_H
 
@@ -19,6 +20,10 @@ int _dos_check_vector(const char *function, const char *name, starpu_data_handle
 int _dos_check_dtype(const char *function, const char *name, enum dos_dtype dtype, int sixteen_bit_only);
 /* Checks that the n handles are pairwise distinct (an in-place alias would race). */
 int _dos_check_distinct(const char *function, starpu_data_handle_t *handles, const char *const *names, int n);
+/* Checks that StarPU runs and that `sched_ctx` (named `name`) is one of its scheduling
+ * contexts: StarPU indexes its context table without checking, so a bad id would read
+ * past it or submit tasks nowhere. */
+int _dos_check_sched_ctx(const char *function, const char *name, unsigned sched_ctx);
 
 /* A new task of `cl` whose cl_arg is a private copy of args[0 .. size) freed with it.
  * Returns NULL (after recording -ENOMEM) when memory runs out. */

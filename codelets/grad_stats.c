@@ -40,10 +40,13 @@ int dos_grad_stats_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dt
 		return err;
 	if (!stats)
 		return DOS_FAIL(-EINVAL, "stats is NULL");
-	if (starpu_data_get_interface_id(stats) != STARPU_VARIABLE_INTERFACE_ID ||
-	    starpu_variable_get_elemsize(stats) != sizeof(struct dos_grad_stats))
-		return DOS_FAIL(-EINVAL, "stats must be a variable handle of sizeof(struct dos_grad_stats) = %zu bytes",
-				sizeof(struct dos_grad_stats));
+	if (starpu_data_get_interface_id(stats) != STARPU_VARIABLE_INTERFACE_ID)
+		return DOS_FAIL(-EINVAL, "stats must be a variable handle, not interface id %d",
+				(int)starpu_data_get_interface_id(stats));
+	if (starpu_variable_get_elemsize(stats) != sizeof(struct dos_grad_stats))
+		return DOS_FAIL(-EINVAL,
+				"stats must be a variable handle of sizeof(struct dos_grad_stats) = %zu bytes, not %zu",
+				sizeof(struct dos_grad_stats), starpu_variable_get_elemsize(stats));
 	struct starpu_task *task =
 		_dos_task_with_args(__func__, &_dos_grad_stats_codelet, &grad_dtype, sizeof grad_dtype);
 	if (!task)

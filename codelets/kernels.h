@@ -5,6 +5,7 @@
 #define DOS_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dos.h"
 
@@ -12,9 +13,10 @@
 extern "C" {
 #endif
 
-/* weight16 may be NULL (fp32 training); weight_dtype is then ignored. */
-typedef void (*_dos_adam_fn)(const struct dos_adam_step *step, float *master, float *m, float *v, const void *grad,
-			     enum dos_dtype grad_dtype, void *weight16, enum dos_dtype weight_dtype, size_t n);
+/* weight16 may be NULL (fp32 training); weight_dtype is then ignored. Returns the enum
+ * dos_nonfinite_bits of the p, m and v it wrote (0 when all are finite). */
+typedef uint32_t (*_dos_adam_fn)(const struct dos_adam_step *step, float *master, float *m, float *v, const void *grad,
+				 enum dos_dtype grad_dtype, void *weight16, enum dos_dtype weight_dtype, size_t n);
 typedef void (*_dos_cast_fn)(const float *master, void *weight16, enum dos_dtype weight_dtype, size_t n);
 typedef void (*_dos_grad_stats_fn)(const void *grad, enum dos_dtype grad_dtype, size_t n, struct dos_grad_stats *out);
 typedef void (*_dos_grad_scale_fn)(void *grad, enum dos_dtype grad_dtype, size_t n, float factor);
@@ -35,9 +37,11 @@ extern const struct _dos_cpu_kernels _dos_cpu_kernels_avx512;
 const struct _dos_cpu_kernels *_dos_cpu_kernels_selected(void);
 
 /* Scalar pieces the SIMD variants reuse for their tails and reductions. */
-void _dos_adam_scalar_range(const struct dos_adam_step *step, float *master, float *m, float *v, const void *grad,
-			    enum dos_dtype grad_dtype, void *weight16, enum dos_dtype weight_dtype, size_t begin,
-			    size_t end);
+uint32_t _dos_adam_scalar_range(const struct dos_adam_step *step, float *master, float *m, float *v, const void *grad,
+				enum dos_dtype grad_dtype, void *weight16, enum dos_dtype weight_dtype, size_t begin,
+				size_t end);
+/* Whether x[0 .. n) holds an inf or NaN (the SIMD update's cold path). */
+int _dos_nonfinite_scan(const float *x, size_t n);
 void _dos_cast_scalar_range(const float *master, void *weight16, enum dos_dtype weight_dtype, size_t begin, size_t end);
 void _dos_grad_scale_scalar_range(void *grad, enum dos_dtype grad_dtype, size_t begin, size_t end, float factor);
 /* Adds the squares of grad[begin, end) (within one segment, begin a multiple of
@@ -49,10 +53,12 @@ void _dos_grad_stats_finish(double sum_sq, struct dos_grad_stats *out);
 
 #ifdef DOS_USE_CUDA
 #include <cuda_runtime.h>
-/* Launch on `stream`; return the launch status (kernels run asynchronously). */
+/* Launch on `stream`; return the launch status (kernels run asynchronously).
+ * _dos_adam_cuda writes the enum dos_nonfinite_bits of what it wrote to the device word
+ * *nonfinite_dev when that is not NULL (cleared, then OR-ed by the threads that saw one). */
 cudaError_t _dos_adam_cuda(const struct dos_adam_step *step, float *master, float *m, float *v, const void *grad,
 			   enum dos_dtype grad_dtype, void *weight16, enum dos_dtype weight_dtype, size_t n,
-			   cudaStream_t stream);
+			   uint32_t *nonfinite_dev, cudaStream_t stream);
 cudaError_t _dos_cast_cuda(const float *master, void *weight16, enum dos_dtype weight_dtype, size_t n,
 			   cudaStream_t stream);
 cudaError_t _dos_grad_stats_cuda(const void *grad, enum dos_dtype grad_dtype, size_t n, struct dos_grad_stats *out_dev,

@@ -5,38 +5,53 @@
 
 /* Specialised per decay kind by the always-inline expansion below; the dtype branches
  * stay (this variant is the reference, not the fast path). */
-static inline __attribute__((always_inline)) void adam_range(const struct dos_adam_step *s, float *p, float *m,
-							     float *v, const void *g, enum dos_dtype gt, void *w,
-							     enum dos_dtype wt, size_t begin, size_t end,
-							     uint32_t decay_kind)
+static inline __attribute__((always_inline)) uint32_t adam_range(const struct dos_adam_step *s, float *p, float *m,
+								 float *v, const void *g, enum dos_dtype gt, void *w,
+								 enum dos_dtype wt, size_t begin, size_t end,
+								 uint32_t decay_kind)
 {
+	/* as the SIMD variants do (kernels_cpu_simd.h): a multiply per p and v, m looked at
+	 * only when one of them is not finite */
+	float seen_p = 0.0f, seen_v = 0.0f;
 	for (size_t i = begin; i < end; i++) {
 		dos_adam_element(s, decay_kind, &p[i], &m[i], &v[i], dos_load_elem(g, i, gt));
+		seen_p *= p[i];
+		seen_v *= v[i];
 		if (w)
 			dos_store_elem(w, i, wt, p[i]);
 	}
+	uint32_t nonfinite = (isnan(seen_p) ? (uint32_t)DOS_NONFINITE_MASTER : 0u) |
+			     (isnan(seen_v) ? (uint32_t)DOS_NONFINITE_V : 0u);
+	if (nonfinite && _dos_nonfinite_scan(m + begin, end - begin))
+		nonfinite |= DOS_NONFINITE_M;
+	return nonfinite;
 }
 
-void _dos_adam_scalar_range(const struct dos_adam_step *s, float *p, float *m, float *v, const void *g,
-			    enum dos_dtype gt, void *w, enum dos_dtype wt, size_t begin, size_t end)
+uint32_t _dos_adam_scalar_range(const struct dos_adam_step *s, float *p, float *m, float *v, const void *g,
+				enum dos_dtype gt, void *w, enum dos_dtype wt, size_t begin, size_t end)
 {
 	switch (s->decay_kind) {
 	case DOS_DECAY_DECOUPLED:
-		adam_range(s, p, m, v, g, gt, w, wt, begin, end, DOS_DECAY_DECOUPLED);
-		break;
+		return adam_range(s, p, m, v, g, gt, w, wt, begin, end, DOS_DECAY_DECOUPLED);
 	case DOS_DECAY_L2:
-		adam_range(s, p, m, v, g, gt, w, wt, begin, end, DOS_DECAY_L2);
-		break;
+		return adam_range(s, p, m, v, g, gt, w, wt, begin, end, DOS_DECAY_L2);
 	default:
-		adam_range(s, p, m, v, g, gt, w, wt, begin, end, DOS_DECAY_NONE);
-		break;
+		return adam_range(s, p, m, v, g, gt, w, wt, begin, end, DOS_DECAY_NONE);
 	}
 }
 
-static void adam_scalar(const struct dos_adam_step *s, float *p, float *m, float *v, const void *g, enum dos_dtype gt,
-			void *w, enum dos_dtype wt, size_t n)
+static uint32_t adam_scalar(const struct dos_adam_step *s, float *p, float *m, float *v, const void *g,
+			    enum dos_dtype gt, void *w, enum dos_dtype wt, size_t n)
 {
-	_dos_adam_scalar_range(s, p, m, v, g, gt, w, wt, 0, n);
+	return _dos_adam_scalar_range(s, p, m, v, g, gt, w, wt, 0, n);
+}
+
+int _dos_nonfinite_scan(const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(x[i]))
+			return 1;
+	return 0;
 }
 
 void _dos_cast_scalar_range(const float *src, void *dst, enum dos_dtype dt, size_t begin, size_t end)

@@ -12,8 +12,19 @@
 
 #define SIMD_INLINE static inline __attribute__((always_inline))
 
-SIMD_INLINE void adam_body(const struct dos_adam_step *s, float *p, float *m, float *v, const void *g,
-			   enum dos_dtype gt, void *w, enum dos_dtype wt, size_t n, uint32_t decay_kind)
+/* Whether some lane of x is NaN. */
+SIMD_INLINE int any_lane_nan(vfloat x)
+{
+	float lanes[SIMD_WIDTH];
+	v_store(lanes, x);
+	for (int k = 0; k < SIMD_WIDTH; k++)
+		if (isnan(lanes[k]))
+			return 1;
+	return 0;
+}
+
+SIMD_INLINE uint32_t adam_body(const struct dos_adam_step *s, float *p, float *m, float *v, const void *g,
+			       enum dos_dtype gt, void *w, enum dos_dtype wt, size_t n, uint32_t decay_kind)
 {
 	const vfloat grad_multiplier = v_set1(s->grad_multiplier);
 	const vfloat lerp_coeff = v_set1(s->lerp_coeff);
@@ -24,6 +35,12 @@ SIMD_INLINE void adam_body(const struct dos_adam_step *s, float *p, float *m, fl
 	const vfloat neg_step_size = v_set1(s->neg_step_size);
 	const vfloat decay = v_set1(s->decay);
 	const vfloat weight_decay = v_set1(s->weight_decay);
+	/* Non-finite outputs, one multiply per p and v vector: 0 * x stays a zero while every
+	 * x is finite and turns NaN for good at the first inf or NaN. m needs none: an inf or
+	 * NaN in m reaches p through the step (or v is inf or NaN itself), so m is looked at
+	 * only when p or v already were. One accumulator per array keeps the chain carried
+	 * through the loop at one multiply per iteration. */
+	vfloat seen_p = v_zero(), seen_v = v_zero();
 	size_t i = 0;
 	for (; i + SIMD_WIDTH <= n; i += SIMD_WIDTH) {
 		vfloat pp = v_load(p + i);
@@ -43,21 +60,26 @@ SIMD_INLINE void adam_body(const struct dos_adam_step *s, float *p, float *m, fl
 		v_store(v + i, vv);
 		if (w)
 			v_store_elems(w, i, wt, pp);
+		seen_p = v_mul(seen_p, pp);
+		seen_v = v_mul(seen_v, vv);
 	}
-	_dos_adam_scalar_range(s, p, m, v, g, gt, w, wt, i, n);
+	uint32_t nonfinite = (any_lane_nan(seen_p) ? (uint32_t)DOS_NONFINITE_MASTER : 0u) |
+			     (any_lane_nan(seen_v) ? (uint32_t)DOS_NONFINITE_V : 0u);
+	if (nonfinite)
+		nonfinite |= _dos_nonfinite_scan(m, i) ? (uint32_t)DOS_NONFINITE_M : 0u;
+	return nonfinite | _dos_adam_scalar_range(s, p, m, v, g, gt, w, wt, i, n);
 }
 
 /* Expands the body once per (decay kind, grad dtype, weight dtype) so that no inner loop
  * tests a dtype. */
-#define ADAM_CASE(dk, g_t, w_t)                               \
-	case (dk)*9 + (g_t)*3 + (w_t):                        \
-		adam_body(s, p, m, v, g, g_t, w, w_t, n, dk); \
-		break;
+#define ADAM_CASE(dk, g_t, w_t)        \
+	case (dk)*9 + (g_t)*3 + (w_t): \
+		return adam_body(s, p, m, v, g, g_t, w, w_t, n, dk);
 #define ADAM_CASES_W(dk, g_t) ADAM_CASE(dk, g_t, DOS_FP32) ADAM_CASE(dk, g_t, DOS_FP16) ADAM_CASE(dk, g_t, DOS_BF16)
 #define ADAM_CASES_G(dk) ADAM_CASES_W(dk, DOS_FP32) ADAM_CASES_W(dk, DOS_FP16) ADAM_CASES_W(dk, DOS_BF16)
 
-static void adam_simd(const struct dos_adam_step *s, float *p, float *m, float *v, const void *g, enum dos_dtype gt,
-		      void *w, enum dos_dtype wt, size_t n)
+static uint32_t adam_simd(const struct dos_adam_step *s, float *p, float *m, float *v, const void *g, enum dos_dtype gt,
+			  void *w, enum dos_dtype wt, size_t n)
 {
 	if (!w)
 		wt = DOS_FP32; /* any value: the store is skipped */
@@ -66,7 +88,7 @@ static void adam_simd(const struct dos_adam_step *s, float *p, float *m, float *
 		ADAM_CASES_G(DOS_DECAY_DECOUPLED)
 		ADAM_CASES_G(DOS_DECAY_L2)
 	default:
-		_dos_adam_scalar_range(s, p, m, v, g, gt, w, wt, 0, n);
+		return _dos_adam_scalar_range(s, p, m, v, g, gt, w, wt, 0, n);
 	}
 }
 

@@ -44,10 +44,13 @@ __device__ __forceinline__ void store4_16(void *w, size_t i4, enum dos_dtype t, 
 	((uint2 *)w)[i4] = make_uint2(h[0] | ((uint32_t)h[1] << 16), h[2] | ((uint32_t)h[3] << 16));
 }
 
-/* Four elements per thread per iteration with 16-byte accesses to the fp32 state. */
+/* Four elements per thread per iteration with 16-byte accesses to the fp32 state. Each
+ * thread collects the non-finite bits of what it wrote and, only if there are some, ORs
+ * them into *nonfinite (when not NULL): one atomic per thread that saw one, none else. */
 __global__ void adam_vec4_kernel(struct dos_adam_step s, float4 *p, float4 *m, float4 *v, const void *g,
-				 enum dos_dtype gt, void *w, enum dos_dtype wt, size_t n4)
+				 enum dos_dtype gt, void *w, enum dos_dtype wt, size_t n4, uint32_t *nonfinite)
 {
+	uint32_t seen = 0;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
 		float4 pp = p[i], mm = m[i], vv = v[i];
 		float gg[4];
@@ -57,35 +60,51 @@ __global__ void adam_vec4_kernel(struct dos_adam_step s, float4 *p, float4 *m, f
 		dos_adam_element(&s, s.decay_kind, &pp.z, &mm.z, &vv.z, gg[2]);
 		dos_adam_element(&s, s.decay_kind, &pp.w, &mm.w, &vv.w, gg[3]);
 		p[i] = pp, m[i] = mm, v[i] = vv;
+		seen |= dos_nonfinite_bits(pp.x, mm.x, vv.x) | dos_nonfinite_bits(pp.y, mm.y, vv.y) |
+			dos_nonfinite_bits(pp.z, mm.z, vv.z) | dos_nonfinite_bits(pp.w, mm.w, vv.w);
 		if (w) {
 			float out[4] = {pp.x, pp.y, pp.z, pp.w};
 			store4_16(w, i, wt, out);
 		}
 	}
+	if (seen && nonfinite)
+		atomicOr(nonfinite, seen);
 }
 
 /* Elements [begin, n) one per thread: tails, and buffers not aligned for vec4. */
 __global__ void adam_scalar_kernel(struct dos_adam_step s, float *p, float *m, float *v, const void *g,
-				   enum dos_dtype gt, void *w, enum dos_dtype wt, size_t begin, size_t n)
+				   enum dos_dtype gt, void *w, enum dos_dtype wt, size_t begin, size_t n,
+				   uint32_t *nonfinite)
 {
+	uint32_t seen = 0;
 	for (size_t i = begin + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		dos_adam_element(&s, s.decay_kind, &p[i], &m[i], &v[i], dos_load_elem(g, i, gt));
+		seen |= dos_nonfinite_bits(p[i], m[i], v[i]);
 		if (w)
 			dos_store_elem(w, i, wt, p[i]);
 	}
+	if (seen && nonfinite)
+		atomicOr(nonfinite, seen);
 }
 
 extern "C" cudaError_t _dos_adam_cuda(const struct dos_adam_step *s, float *p, float *m, float *v, const void *g,
-				      enum dos_dtype gt, void *w, enum dos_dtype wt, size_t n, cudaStream_t stream)
+				      enum dos_dtype gt, void *w, enum dos_dtype wt, size_t n, uint32_t *nonfinite,
+				      cudaStream_t stream)
 {
+	if (nonfinite) {
+		/* the word is a W buffer: its old content means nothing */
+		cudaError_t err = cudaMemsetAsync(nonfinite, 0, sizeof *nonfinite, stream);
+		if (err != cudaSuccess)
+			return err;
+	}
 	size_t vec_done = 0;
 	if (aligned(p, 16) && aligned(m, 16) && aligned(v, 16) && aligned(g, 4 * dos_dtype_size(gt)) &&
 	    (!w || aligned(w, 8))) {
 		size_t n4 = n / 4;
 		if (n4) {
 			adam_vec4_kernel<<<blocks_for(n4), threads_per_block, 0, stream>>>(
-				*s, (float4 *)p, (float4 *)m, (float4 *)v, g, gt, w, wt, n4);
+				*s, (float4 *)p, (float4 *)m, (float4 *)v, g, gt, w, wt, n4, nonfinite);
 			cudaError_t err = cudaGetLastError();
 			if (err != cudaSuccess)
 				return err;
@@ -93,8 +112,8 @@ extern "C" cudaError_t _dos_adam_cuda(const struct dos_adam_step *s, float *p, f
 		vec_done = n4 * 4;
 	}
 	if (vec_done < n) {
-		adam_scalar_kernel<<<blocks_for(n - vec_done), threads_per_block, 0, stream>>>(*s, p, m, v, g, gt, w,
-											       wt, vec_done, n);
+		adam_scalar_kernel<<<blocks_for(n - vec_done), threads_per_block, 0, stream>>>(
+			*s, p, m, v, g, gt, w, wt, vec_done, n, nonfinite);
 		return cudaGetLastError();
 	}
 	return cudaSuccess;

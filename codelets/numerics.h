@@ -135,6 +135,13 @@ DOS_HD void dos_adam_element(const struct dos_adam_step *s, uint32_t decay_kind,
 	*v = vv;
 }
 
+/* Which of an updated element's p, m and v are inf or NaN (enum dos_nonfinite_bits). */
+DOS_HD uint32_t dos_nonfinite_bits(float p, float m, float v)
+{
+	return (isfinite(p) ? 0u : (uint32_t)DOS_NONFINITE_MASTER) | (isfinite(m) ? 0u : (uint32_t)DOS_NONFINITE_M) |
+	       (isfinite(v) ? 0u : (uint32_t)DOS_NONFINITE_V);
+}
+
 /* ---- Gradient statistics ---------------------------------------------------------------
  * The sum of squares must have the same bits on every device, so its association is
  * fixed: the gradient is cut into segments of DOS_STATS_SEGMENT elements; inside a

@@ -70,6 +70,17 @@ int dos_adam_step_init(struct dos_adam_step *out, const struct dos_adam_hparams 
 			s.weight_decay = (float)hp->weight_decay;
 		}
 	}
+	/* each value was valid in double; the kernels get floats, where a huge lr or weight
+	 * decay overflows and a tiny eps vanishes (then 0/0 on every zero moment) */
+	if (!isfinite(s.neg_step_size))
+		return DOS_FAIL(-EINVAL, "hp->lr = %g: the step size lr / (1 - beta1^%llu) = %g overflows float",
+				hp->lr, (unsigned long long)step, hp->lr / bc1);
+	if (!isfinite(s.decay) || !isfinite(s.weight_decay))
+		return DOS_FAIL(-EINVAL, "hp->weight_decay = %g (with hp->lr = %g) overflows float", hp->weight_decay,
+				hp->lr);
+	if (!(s.eps > 0.0f && isfinite(s.eps)))
+		return DOS_FAIL(-EINVAL, "hp->eps = %g is %g in float: must be finite and > 0 there", hp->eps,
+				(double)s.eps);
 	*out = s;
 	return 0;
 }

@@ -19,15 +19,17 @@ static inline uint64_t dos_splitmix64(uint64_t *state)
 #define DOS_DATA_SEED_MIX 0xD1B54A32D192ED03ull
 
 struct dos_corpus {
-	uint8_t *bytes; /* starpu_malloc'd (pinned when CUDA workers exist) */
+	uint8_t *bytes; /* from dos_host_alloc (pinned when CUDA workers exist and it can be) */
+	int pinned;
 	uint64_t len;
 	starpu_data_handle_t handle; /* the bytes as a vector of uint8, home in main memory */
 	uint64_t rng;                /* batch-order generator */
 };
 
-/* Reads `path` (after starpu_init) and registers it. Errors: -EINVAL when seq_len + 1
- * exceeds the file's length (message names the file and both sizes), -errno when it
- * cannot be read (message names the file), -ENOMEM. */
+/* Reads `path` (after starpu_init) and registers it. Errors: -EINVAL for NULL arguments,
+ * seq_len 0, a file shorter than seq_len + 1 or longer than 2^32 - 1 bytes (the message
+ * names the file and the sizes), -EISDIR for a directory, -errno when it cannot be read
+ * (the message names the file), -ENOMEM. *c is left untouched then. */
 int dos_corpus_load(struct dos_corpus *c, const char *path, uint32_t seq_len, uint64_t seed);
 void dos_corpus_free(struct dos_corpus *c);
 

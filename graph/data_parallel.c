@@ -103,12 +103,40 @@ void dos_dp_barrier(void)
 		starpu_mpi_barrier(MPI_COMM_WORLD);
 }
 
+/* Through StarPU-MPI like every other message: MPI is initialised for one thread at a
+ * time (MPI_THREAD_SERIALIZED), and StarPU-MPI's progress thread is the one that talks. */
 double dos_dp_sum(double x)
 {
-	double sum = x;
-	if (mpi_running)
-		MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-	return sum;
+	if (!mpi_running)
+		return x;
+	int rank, size;
+	starpu_mpi_comm_rank(MPI_COMM_WORLD, &rank);
+	starpu_mpi_comm_size(MPI_COMM_WORLD, &size);
+	double value = x;
+	starpu_data_handle_t h;
+	starpu_variable_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)&value, sizeof value);
+	int64_t up = message_tag(DOS_DP_SUM, 0), down = message_tag(DOS_DP_SUM, 1);
+	if (rank == 0) { /* in rank order: the same sum on every run */
+		double sum = x;
+		for (int r = 1; r < size; r++) {
+			STARPU_CHECK_RETURN_VALUE(starpu_mpi_recv(h, r, up, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+						  "starpu_mpi_recv");
+			starpu_data_acquire(h, STARPU_R);
+			sum += value;
+			starpu_data_release(h);
+		}
+		starpu_data_acquire(h, STARPU_W);
+		value = sum;
+		starpu_data_release(h);
+		for (int r = 1; r < size; r++)
+			STARPU_CHECK_RETURN_VALUE(starpu_mpi_send(h, r, down, MPI_COMM_WORLD), "starpu_mpi_send");
+	} else {
+		STARPU_CHECK_RETURN_VALUE(starpu_mpi_send(h, 0, up, MPI_COMM_WORLD), "starpu_mpi_send");
+		STARPU_CHECK_RETURN_VALUE(starpu_mpi_recv(h, 0, down, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+					  "starpu_mpi_recv");
+	}
+	starpu_data_unregister(h); /* brings the value home */
+	return value;
 }
 
 void dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)

@@ -43,6 +43,7 @@ enum dos_dp_message {
 	DOS_DP_STATS,           /* index: subgroup */
 	DOS_DP_WEIGHTS,         /* index: subgroup */
 	DOS_DP_LOSS,            /* index: micro-batch of the global batch, and the step's parity */
+	DOS_DP_SUM,             /* dos_dp_sum: 0 towards rank 0, 1 back */
 };
 
 /* The subgroups [*first, *end) that `rank` owns: contiguous blocks as equal as possible, so
@@ -66,7 +67,8 @@ int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_da
 void dos_dp_shutdown(void);
 /* Every rank reaches this point before any goes on. */
 void dos_dp_barrier(void);
-/* Sum of x over the ranks, the same on every rank (statistics and reports only). */
+/* Sum of x over the ranks in rank order, the same on every rank (agreements on errors,
+ * reports); every rank must call it at the same point. */
 double dos_dp_sum(double x);
 
 /* Detached, ordered like a task reading (send) or writing (receive) the handle. */

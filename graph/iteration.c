@@ -1,9 +1,11 @@
 /* The optimizer step's task graph (iteration.h). */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "codelet_util.h"
 #include "errors.h"
 #include "flat.h"
 #include "host_memory.h"
@@ -19,14 +21,16 @@ static void submit_task(struct dos_optimizer *opt, struct starpu_task *task)
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", task->cl->name, err);
 }
 
-int dos_optimizer_config_check(const struct dos_optimizer_config *c)
+int dos_optimizer_config_check(const struct dos_optimizer_config *c, uint64_t nparams)
 {
 	struct dos_adam_step probe;
 	int err;
+	if (!c)
+		return DOS_FAIL(-EINVAL, "cfg is NULL");
 	if (c->weight_dtype != DOS_FP32 && c->weight_dtype != DOS_FP16 && c->weight_dtype != DOS_BF16)
 		return DOS_FAIL(-EINVAL, "weight_dtype = %d is not fp32, fp16 or bf16", (int)c->weight_dtype);
 	if (c->grad_dtype != DOS_FP32 && c->grad_dtype != c->weight_dtype)
-		return DOS_FAIL(-EINVAL, "grad_dtype = %s must be fp32 or the weight dtype %s",
+		return DOS_FAIL(-EINVAL, "grad_dtype = %d (%s) must be fp32 or the weight dtype %s", (int)c->grad_dtype,
 				dos_dtype_name(c->grad_dtype), dos_dtype_name(c->weight_dtype));
 	if (c->tensor_dtype != DOS_FP32 && c->tensor_dtype != DOS_FP16 && c->tensor_dtype != DOS_BF16)
 		return DOS_FAIL(-EINVAL, "tensor_dtype = %d is not fp32, fp16 or bf16", (int)c->tensor_dtype);
@@ -39,18 +43,22 @@ int dos_optimizer_config_check(const struct dos_optimizer_config *c)
 				"converting between fp16 and bf16 would round twice",
 				dos_dtype_name(c->tensor_dtype), dos_dtype_name(c->weight_dtype),
 				dos_dtype_name(c->grad_dtype), dos_dtype_name(c->tensor_dtype));
-	/* subgroups are StarPU vectors, whose element count is 32-bit */
-	if (c->subgroup_size == 0 || c->subgroup_size > UINT32_MAX)
-		return DOS_FAIL(-EINVAL, "subgroup_size = %llu must be in [1, %u] (a StarPU vector's element count)",
-				(unsigned long long)c->subgroup_size, UINT32_MAX);
+	/* a subgroup is one StarPU vector, whose length is 32-bit */
+	uint64_t max_subgroup = nparams < UINT32_MAX ? nparams : UINT32_MAX;
+	if (c->subgroup_size == 0 || c->subgroup_size > max_subgroup)
+		return DOS_FAIL(-EINVAL,
+				"subgroup_size = %llu must be in [1, %llu] (the model's parameter count, at most "
+				"2^32 - 1)",
+				(unsigned long long)c->subgroup_size, (unsigned long long)max_subgroup);
 	if ((err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)))
 		return err;
 	if (!(c->clip_norm >= 0) || !isfinite(c->clip_norm))
 		return DOS_FAIL(-EINVAL, "clip_norm = %g must be finite and >= 0 (0 turns clipping off)", c->clip_norm);
-	if (c->dynamic_loss_scale &&
-	    (!(c->loss_scale_init >= 1) || !isfinite(c->loss_scale_init) || c->loss_scale_window == 0))
-		return DOS_FAIL(-EINVAL, "loss scaling needs loss_scale_init >= 1 (got %g) and a window > 0 (got %u)",
-				c->loss_scale_init, c->loss_scale_window);
+	if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1) || !isfinite(c->loss_scale_init)))
+		return DOS_FAIL(-EINVAL, "loss_scale_init = %g: dynamic loss scaling needs a finite scale >= 1",
+				c->loss_scale_init);
+	if (c->dynamic_loss_scale && c->loss_scale_window == 0)
+		return DOS_FAIL(-EINVAL, "loss_scale_window = 0: dynamic loss scaling needs a window > 0");
 	if (c->dp.nranks < 0 || c->dp.rank < 0 || c->dp.rank >= dos_dp_size(&c->dp))
 		return DOS_FAIL(-EINVAL, "dp.rank = %d is not a rank of a job of %d", c->dp.rank, c->dp.nranks);
 	if (dos_dp_size(&c->dp) > 1 && !dos_dp_available())
@@ -58,21 +66,53 @@ int dos_optimizer_config_check(const struct dos_optimizer_config *c)
 	return 0;
 }
 
-int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_config *cfg, uint32_t ntensors,
+/* Each tensor's weight and gradient handle: a vector of numel[t] elements of
+ * `elemsize` bytes (the tensor dtype's; the gathers and refreshes copy exactly that many). */
+static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu_data_handle_t *weights,
+				starpu_data_handle_t *grads, size_t elemsize)
+{
+	for (uint32_t t = 0; t < ntensors; t++) {
+		starpu_data_handle_t *lists[] = {weights, grads};
+		const char *list_names[] = {"weights", "grads"};
+		for (int l = 0; l < 2; l++) {
+			char name[32];
+			uint32_t nx;
+			snprintf(name, sizeof name, "%s[%u]", list_names[l], t);
+			int err = _dos_check_vector("dos_optimizer_create", name, lists[l][t], elemsize, &nx);
+			if (err)
+				return err;
+			if (nx != numel[t])
+				return DOS_FAIL(-EINVAL, "%s has %u elements but numel[%u] = %llu", name, nx, t,
+						(unsigned long long)numel[t]);
+		}
+	}
+	return 0;
+}
+
+int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_config *cfg, uint32_t ntensors,
 			 const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
 			 const float *initial)
 {
 	int err;
-	if (!opt)
-		return DOS_FAIL(-EINVAL, "opt is NULL");
-	*opt = (struct dos_optimizer){0};
-	if (!cfg || !numel || !weights || !grads || !initial)
-		return DOS_FAIL(-EINVAL, "NULL argument (cfg %p, numel %p, weights %p, grads %p, initial %p)",
-				(const void *)cfg, (const void *)numel, (void *)weights, (void *)grads,
+	if (!out || !cfg || !numel || !weights || !grads || !initial)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, cfg %p, numel %p, weights %p, grads %p, initial %p)",
+				(void *)out, (const void *)cfg, (const void *)numel, (void *)weights, (void *)grads,
 				(const void *)initial);
-	if ((err = dos_optimizer_config_check(cfg)))
+	if (ntensors == 0)
+		return DOS_FAIL(-EINVAL, "ntensors = 0: the optimizer needs at least one tensor");
+	/* an unknown tensor dtype has size 0: dos_optimizer_config_check names it below */
+	if (dos_dtype_size(cfg->tensor_dtype) &&
+	    (err = check_tensor_handles(ntensors, numel, weights, grads, dos_dtype_size(cfg->tensor_dtype))))
 		return err;
-	if ((err = dos_subgroup_map_build(&opt->map, numel, ntensors, cfg->subgroup_size)))
+	uint64_t nparams = 0; /* no overflow: each count matched a 32-bit vector length */
+	for (uint32_t t = 0; t < ntensors; t++)
+		nparams += numel[t];
+	if ((err = dos_optimizer_config_check(cfg, nparams)) ||
+	    (err = _dos_check_sched_ctx("dos_optimizer_create", "cfg->sched_ctx", cfg->sched_ctx)))
+		return err;
+	/* built aside and copied out at the end: a refused or failed call leaves *out as it was */
+	struct dos_optimizer o = {0}, *opt = &o;
+	if ((err = dos_subgroup_map_build(&o.map, numel, ntensors, cfg->subgroup_size)))
 		return err;
 	opt->cfg = *cfg;
 	opt->tensor_weight = weights;
@@ -89,14 +129,26 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
 			? (opt->own_end == N ? P : (uint64_t)opt->own_end * cfg->subgroup_size) - opt->state_begin
 			: 0;
 	uint64_t L = opt->state_len;
-	if (dos_host_alloc((void **)&opt->master, L * sizeof(float)) ||
-	    dos_host_alloc((void **)&opt->m, L * sizeof(float)) || dos_host_alloc((void **)&opt->v, L * sizeof(float)))
-		goto no_memory;
+	/* one block: the state is pinned, or not, as a whole */
+	float *state;
+	char what[160];
+	snprintf(what, sizeof what, "the optimizer state (fp32 master weights, Adam m and v of %llu parameters%s)",
+		 (unsigned long long)L, L < P ? ", this rank's share" : "");
+	if ((err = dos_host_alloc((void **)&state, 3 * L * sizeof(float), what, &opt->state_pinned))) {
+		dos_subgroup_map_free(&opt->map);
+		return err;
+	}
+	opt->master = state;
+	opt->m = state + L;
+	opt->v = state + 2 * L;
 	starpu_data_handle_t **arrays[] = {&opt->master_h, &opt->m_h,        &opt->v_h,
 					   &opt->grad_h,   &opt->weight16_h, &opt->stats_h};
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
 		if (!(*arrays[i] = calloc(N, sizeof(starpu_data_handle_t))))
 			goto no_memory;
+	if (!(opt->nonfinite = calloc(2 * (size_t)N, sizeof *opt->nonfinite)) ||
+	    !(opt->nonfinite_h = calloc(2 * (size_t)N, sizeof *opt->nonfinite_h)))
+		goto no_memory;
 	if (DOS_VALUES_ARE_REAL && L) {
 		memcpy(opt->master, initial + opt->state_begin, L * sizeof(float));
 		memset(opt->m, 0, L * sizeof(float));
@@ -123,10 +175,14 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
 			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
 		starpu_variable_data_register(&opt->stats_h[s], -1, 0, sizeof(struct dos_grad_stats));
 	}
+	for (size_t f = 0; f < 2 * (size_t)N; f++)
+		starpu_variable_data_register(&opt->nonfinite_h[f], STARPU_MAIN_RAM, (uintptr_t)&opt->nonfinite[f],
+					      sizeof *opt->nonfinite);
+	*out = o;
 	return 0;
 no_memory:
 	dos_optimizer_destroy(opt);
-	return DOS_FAIL(-ENOMEM, "no memory for the optimizer state of %llu parameters", (unsigned long long)P);
+	return DOS_FAIL(-ENOMEM, "no memory for the handle tables of %u subgroups", N);
 }
 
 void dos_optimizer_destroy(struct dos_optimizer *opt)
@@ -141,10 +197,12 @@ void dos_optimizer_destroy(struct dos_optimizer *opt)
 				starpu_data_unregister(arrays[i][s]);
 		free(arrays[i]);
 	}
-	uint64_t bytes = opt->state_len * sizeof(float);
-	dos_host_free(opt->master, bytes);
-	dos_host_free(opt->m, bytes);
-	dos_host_free(opt->v, bytes);
+	for (size_t f = 0; opt->nonfinite_h && f < 2 * (size_t)opt->map.nsubgroups; f++)
+		if (opt->nonfinite_h[f])
+			starpu_data_unregister(opt->nonfinite_h[f]);
+	free(opt->nonfinite_h);
+	free(opt->nonfinite);
+	dos_host_free(opt->master, 3 * opt->state_len * sizeof(float), opt->state_pinned);
 	dos_subgroup_map_free(&opt->map);
 	*opt = (struct dos_optimizer){0};
 }
@@ -276,14 +334,19 @@ static int global_stats(struct dos_optimizer *opt, double *sum_sq, uint32_t *ove
 
 int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report *report)
 {
-	if (!opt || !opt->master_h || !report)
+	if (!opt || !report)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, report %p)", (void *)opt, (void *)report);
+	if (!opt->master_h)
+		return DOS_FAIL(-EINVAL, "opt %p was not made by dos_optimizer_create (or was destroyed)", (void *)opt);
 	const struct dos_optimizer_config *c = &opt->cfg;
+	uint32_t N = opt->map.nsubgroups;
 	*report = (struct dos_step_report){
 		.applied = 1, .grad_norm = -1, .loss_scale_used = opt->loss_scale, .overflow_subgroup = UINT32_MAX};
 	submit_gradients(opt);
 
-	double multiplier = 1.0 / opt->loss_scale;
+	/* the loss scale moves only once the step's tasks exist: a failing call changes nothing */
+	double multiplier = 1.0 / opt->loss_scale, next_scale = opt->loss_scale;
+	uint32_t next_good_steps = opt->good_steps;
 	if (c->clip_norm > 0 || c->dynamic_loss_scale) {
 		double sum_sq;
 		int err = global_stats(opt, &sum_sq, &report->overflow_subgroup);
@@ -303,9 +366,9 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 		/* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), capped at 1 */
 		if (c->clip_norm > 0 && report->grad_norm > c->clip_norm)
 			multiplier *= c->clip_norm / (report->grad_norm + 1e-6);
-		if (c->dynamic_loss_scale && ++opt->good_steps >= c->loss_scale_window) {
-			opt->loss_scale *= 2;
-			opt->good_steps = 0;
+		if (c->dynamic_loss_scale && ++next_good_steps >= c->loss_scale_window) {
+			next_scale *= 2;
+			next_good_steps = 0;
 		}
 	}
 
@@ -313,15 +376,36 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	int err = dos_adam_step_init(&step, &c->hp, opt->step + 1, multiplier);
 	if (err)
 		return err;
-	for (uint32_t s = opt->own_first; s < opt->own_end; s++) {
-		struct starpu_task *task;
+	struct starpu_task **updates = malloc(N * sizeof *updates);
+	if (!updates)
+		return DOS_FAIL(-ENOMEM, "no memory for the %u update tasks of step %llu", N,
+				(unsigned long long)opt->step + 1);
+	uint64_t update = opt->step + 1;
+	starpu_data_handle_t *flags = opt->nonfinite_h + (update % 2) * N;
+	for (uint32_t s = opt->own_first; s < opt->own_end; s++) { /* this rank's subgroups */
 		err = dos_adam_task_create(&step, opt->master_h[s], opt->m_h[s], opt->v_h[s], opt->grad_h[s],
 					   c->grad_dtype, c->weight_dtype != DOS_FP32 ? opt->weight16_h[s] : NULL,
-					   c->weight_dtype, &task);
-		if (err)
+					   c->weight_dtype, &updates[s]);
+		if (!err && (err = dos_adam_task_report_nonfinite(updates[s], flags[s]))) {
+			updates[s]->destroy = 0;
+			starpu_task_destroy(updates[s]);
+		}
+		if (err) {
+			for (uint32_t k = opt->own_first; k < s; k++) {
+				updates[k]->destroy = 0; /* never submitted */
+				starpu_task_destroy(updates[k]);
+			}
+			free(updates);
 			return err;
-		submit_task(opt, task);
+		}
 	}
+	opt->loss_scale = next_scale;
+	opt->good_steps = next_good_steps;
+	for (uint32_t s = opt->own_first; s < opt->own_end; s++)
+		submit_task(opt, updates[s]);
+	free(updates);
+	opt->nonfinite_update[update % 2] = update;
+	report->update = update;
 	opt->step++;
 	if (dos_dp_size(&c->dp) > 1)
 		exchange_weights(opt);
@@ -387,4 +471,34 @@ double dos_optimizer_gpu_copies_bytes(const struct dos_optimizer *opt)
 		return 0;
 	double per_param = (double)dos_dtype_size(opt->cfg.grad_dtype) + (opt->cfg.weight_dtype == DOS_FP32 ? 0 : 2);
 	return per_param * (double)opt->map.nparams;
+}
+
+int dos_optimizer_update_nonfinite(struct dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,
+				   uint32_t *bits)
+{
+	if (!opt || !opt->nonfinite_h || !count || !subgroup || !bits)
+		return DOS_FAIL(-EINVAL, "NULL argument or optimizer (opt %p, count %p, subgroup %p, bits %p)",
+				(void *)opt, (void *)count, (void *)subgroup, (void *)bits);
+	if (update == 0 || opt->nonfinite_update[update % 2] != update)
+		return DOS_FAIL(-EINVAL, "update = %llu: its flags are not there (the latest update is %llu)",
+				(unsigned long long)update, (unsigned long long)opt->step);
+	uint32_t N = opt->map.nsubgroups, n = 0, first = UINT32_MAX, first_bits = 0;
+	starpu_data_handle_t *flags = opt->nonfinite_h + (update % 2) * N;
+	const uint32_t *values = opt->nonfinite + (update % 2) * N;
+	for (uint32_t s = opt->own_first; s < opt->own_end; s++) { /* the updates of this rank */
+		int err = starpu_data_acquire(flags[s], STARPU_R);
+		if (err)
+			return DOS_FAIL(err, "reading the non-finite flag of subgroup %u failed (%d)", s, err);
+		if (values[s]) {
+			if (!n++) {
+				first = s;
+				first_bits = values[s];
+			}
+		}
+		starpu_data_release(flags[s]);
+	}
+	*count = n;
+	*subgroup = first;
+	*bits = first_bits;
+	return 0;
 }

@@ -5,7 +5,8 @@
  *            to the gradient dtype); depends only on those tensors' final gradients;
  *   stats    per subgroup, then one host-side reduction in subgroup order: only when
  *            clipping or dynamic loss scaling is on (the barrier they need);
- *   update   per subgroup: dos_adam (placed by the scheduling policy);
+ *   update   per subgroup: dos_adam (placed by the scheduling policy), which also
+ *            reports whether it wrote an inf or NaN into a flag read one step later;
  *   refresh  per tensor: its working weights from the updated subgroups (widened to
  *            fp32), which the next forward reads.
  *
@@ -51,19 +52,26 @@ struct dos_optimizer {
 	struct dos_subgroup_map map;
 	/* this rank's subgroups [own_first, own_end), whose state it keeps: the parameters
 	 * [state_begin, state_begin + state_len) of the flat space (all of them in a single
-	 * process); master, m and v hold that range (pinned, starpu_malloc) */
+	 * process); master, m and v hold that range, one block from dos_host_alloc (master
+	 * first) */
 	uint32_t own_first, own_end;
 	uint64_t state_begin, state_len;
 	float *master, *m, *v;
+	int state_pinned; /* how dos_host_alloc made it */
 	/* per subgroup; m_h and v_h are NULL for subgroups of other ranks, and so is master_h
 	 * in 16-bit precision (in fp32 it receives the owner's updated weights) */
 	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h;
 	starpu_data_handle_t *tensor_weight, *tensor_grad; /* not owned */
-	uint64_t step;                                     /* updates applied so far */
-	uint64_t skipped_steps;                            /* steps dropped for overflow */
-	double loss_scale;                                 /* 1 without dynamic loss scaling */
-	uint32_t good_steps;                               /* since the last change of the scale */
-	int copies_on_gpu; /* gathers and refreshes run on CUDA workers (there are some) */
+	/* each update's non-finite bits per subgroup, in two slots by update parity, so the
+	 * host reads update u's while u + 1 runs: [slot * nsubgroups + s] (own subgroups) */
+	uint32_t *nonfinite;
+	starpu_data_handle_t *nonfinite_h;
+	uint64_t nonfinite_update[2]; /* the update whose bits each slot holds (0: none yet) */
+	uint64_t step;                /* updates applied so far */
+	uint64_t skipped_steps;       /* steps dropped for overflow */
+	double loss_scale;            /* 1 without dynamic loss scaling */
+	uint32_t good_steps;          /* since the last change of the scale */
+	int copies_on_gpu;            /* gathers and refreshes run on CUDA workers (there are some) */
 	dos_task_hook hook;
 	void *hook_arg;
 };
@@ -74,16 +82,23 @@ struct dos_step_report {
 	double grad_norm; /* unscaled global norm, when clipping or loss scaling is on; else -1 */
 	double loss_scale_used;
 	uint32_t overflow_subgroup; /* first subgroup with inf/nan gradients, when skipped */
+	uint64_t update;            /* 1-based number of the update applied (0 when skipped) */
 };
 
-/* Checks a configuration as dos_optimizer_create does, before anything is allocated:
- * -EINVAL naming the bad field (dtypes, hyper-parameters, clip_norm < 0, loss-scale
- * settings, a subgroup larger than a StarPU vector), else 0. */
-int dos_optimizer_config_check(const struct dos_optimizer_config *cfg);
-/* Creates the optimizer over `ntensors` tensors (weights: handles of cfg->tensor_dtype the
- * refresh writes; grads: handles of cfg->tensor_dtype backward writes), with master
- * weights initialised from `initial` (flat, fp32). Errors: -EINVAL naming the bad field (NULL, subgroup size, dtypes,
- * hyper-parameters, clip_norm < 0, loss-scale settings), -ENOMEM. */
+/* Checks a configuration for a model of `nparams` parameters: dtypes (tensor_dtype
+ * included), subgroup size in [1, min(nparams, 2^32 - 1)], hyper-parameters
+ * (dos_adam_step_init's checks), clip_norm >= 0, loss-scale settings, the data-parallel
+ * rank (not the scheduling context: callable before StarPU starts).
+ * Returns 0 or -EINVAL naming the field and its value. */
+int dos_optimizer_config_check(const struct dos_optimizer_config *cfg, uint64_t nparams);
+
+/* Creates the optimizer over `ntensors` tensors (weights: vector handles of
+ * cfg->tensor_dtype and numel[t] elements the refresh writes; grads: the same, written by
+ * backward), with master weights initialised from `initial` (flat, fp32). Errors:
+ * -EINVAL naming the bad argument or field (NULL, no tensors, empty tensors, handles that
+ * are not vectors of cfg->tensor_dtype and numel[t] elements, a scheduling context that
+ * does not exist, and dos_optimizer_config_check's), -ENOMEM naming what could not be allocated; *opt is left
+ * untouched then. */
 int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_config *cfg, uint32_t ntensors,
 			 const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
 			 const float *initial);
@@ -91,6 +106,14 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
  * depend on them through the handles). Blocks only when clipping or loss scaling needs
  * the global statistics. Returns 0 or a negative errno. */
 int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report *report);
+/* Whether update `update` (a dos_step_report's) left non-finite values in the state: the
+ * number of subgroups it did that to in *count (0: none), the first of them in *subgroup
+ * and the enum dos_nonfinite_bits of that one in *bits. Waits for that update's tasks
+ * only (not for later steps'), reading the flags its update tasks wrote, not the state.
+ * Call it before update + 2 is submitted, which reuses the flags. Errors: -EINVAL for
+ * NULL arguments or an update whose flags are not (or no longer) there. */
+int dos_optimizer_update_nonfinite(struct dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,
+				   uint32_t *bits);
 /* Waits for the optimizer's tasks and frees everything (master, m, v are up to date). */
 void dos_optimizer_destroy(struct dos_optimizer *opt);
 

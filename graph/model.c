@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codelet_util.h"
 #include "data.h"
 #include "errors.h"
 #include "host_memory.h"
@@ -112,22 +113,29 @@ uint64_t dos_model_gpu_bytes(const struct dos_model *m)
 	return 4 * (2 * m->nparams + saved + head + transients);
 }
 
-int dos_model_create(struct dos_model *m, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
+int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
 		     int checkpoint_activations, unsigned sched_ctx)
 {
 	int err;
-	if (!m)
+	if (!out)
 		return DOS_FAIL(-EINVAL, "model is NULL");
-	*m = (struct dos_model){0};
 	if ((err = dos_model_shape_check(shape)))
 		return err;
 	if (batch == 0)
 		return DOS_FAIL(-EINVAL, "micro-batch = 0 sequences");
-	if ((uint64_t)batch * shape->seq_len * (shape->vocab > 3 * shape->hidden ? shape->vocab : 3 * shape->hidden) >
-		    UINT32_MAX ||
-	    (uint64_t)batch * shape->heads * shape->seq_len * shape->seq_len > UINT32_MAX)
-		return DOS_FAIL(-EINVAL, "micro-batch = %u sequences of %u tokens: activations exceed 2^32 elements",
-				batch, shape->seq_len);
+	/* the widest activations (logits, qkv, attention scores) are StarPU vectors too; in
+	 * double, since a product of four 32-bit sizes can wrap 64 bits */
+	double tokens = (double)batch * shape->seq_len;
+	double widest =
+		fmax(fmax(tokens * shape->vocab, tokens * 3.0 * shape->hidden), tokens * shape->heads * shape->seq_len);
+	if (widest > (double)UINT32_MAX)
+		return DOS_FAIL(-EINVAL,
+				"micro-batch = %u sequences of %u tokens: activations of %.0f elements exceed 2^32 - 1",
+				batch, shape->seq_len, widest);
+	if ((err = _dos_check_sched_ctx(__func__, "sched_ctx", sched_ctx)))
+		return err;
+	/* built aside and copied out at the end: a refused or failed call leaves *out as it was */
+	struct dos_model model = {0}, *m = &model;
 	m->shape = *shape;
 	m->batch = batch;
 	m->checkpoint_activations = checkpoint_activations;
@@ -136,11 +144,14 @@ int dos_model_create(struct dos_model *m, const struct dos_model_shape *shape, u
 	m->numel = calloc(m->ntensors, sizeof *m->numel);
 	m->weight = calloc(m->ntensors, sizeof *m->weight);
 	m->grad = calloc(m->ntensors, sizeof *m->grad);
-	if (!m->numel || !m->weight || !m->grad)
-		goto no_memory;
+	if (!m->numel || !m->weight || !m->grad) {
+		err = DOS_FAIL(-ENOMEM, "no memory for the tables of %u tensors", m->ntensors);
+		goto fail;
+	}
 	m->nparams = dos_model_param_count(shape, m->numel);
-	if (dos_host_alloc((void **)&m->weights, m->nparams * sizeof(float)) != 0)
-		goto no_memory;
+	if ((err = dos_host_alloc((void **)&m->weights, m->nparams * sizeof(float), "the model's fp32 working weights",
+				  &m->weights_pinned)))
+		goto fail;
 	if (DOS_VALUES_ARE_REAL)
 		dos_model_init_weights(shape, seed, m->weights);
 	/* as in real training, forward and backward run on the GPU when there is one */
@@ -152,13 +163,13 @@ int dos_model_create(struct dos_model *m, const struct dos_model_shape *shape, u
 		starpu_vector_data_register(&m->grad[t], -1, 0, (uint32_t)m->numel[t], sizeof(float));
 		offset += m->numel[t];
 	}
+	*out = model;
 	return 0;
-no_memory:
+fail:
 	free(m->numel);
 	free(m->weight);
 	free(m->grad);
-	*m = (struct dos_model){0};
-	return DOS_FAIL(-ENOMEM, "no memory for the model's parameters");
+	return err;
 }
 
 void dos_model_destroy(struct dos_model *m)
@@ -169,7 +180,7 @@ void dos_model_destroy(struct dos_model *m)
 		starpu_data_unregister(m->weight[t]);
 		starpu_data_unregister(m->grad[t]);
 	}
-	dos_host_free(m->weights, m->nparams * sizeof(float));
+	dos_host_free(m->weights, m->nparams * sizeof(float), m->weights_pinned);
 	free(m->numel);
 	free(m->weight);
 	free(m->grad);

@@ -40,6 +40,7 @@ struct dos_model {
 	uint64_t *numel; /* [ntensors] */
 	uint64_t nparams;
 	float *weights;               /* flat working weights (fp32), home of the weight handles */
+	int weights_pinned;           /* how dos_host_alloc made them */
 	starpu_data_handle_t *weight; /* [ntensors] */
 	starpu_data_handle_t *grad;   /* [ntensors] fp32 gradients (no home) */
 	dos_task_hook hook;
@@ -59,7 +60,9 @@ uint64_t dos_model_param_count(const struct dos_model_shape *shape, uint64_t *nu
 void dos_model_init_weights(const struct dos_model_shape *shape, uint64_t seed, float *flat);
 
 /* After starpu_init: allocates and registers the parameters, initialised from `seed`.
- * Errors: those of dos_model_shape_check, -EINVAL for batch 0, -ENOMEM. */
+ * Errors: those of dos_model_shape_check, -EINVAL for a NULL model, batch 0, activations
+ * beyond a 32-bit vector, or a scheduling context that does not exist; -ENOMEM naming
+ * what could not be allocated. *model is left untouched then. */
 int dos_model_create(struct dos_model *model, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
 		     int checkpoint_activations, unsigned sched_ctx);
 /* Waits for the model's tasks, unregisters and frees (model->weights is up to date). */

@@ -1,13 +1,15 @@
 /* The training loop (train.h). Submission runs one step ahead of the results: the loss
- * of step k is read after step k+1 has been submitted, so the host never idles the
- * workers, except where loss scaling or clipping needs the gradient statistics. */
+ * of step k, and whether its updates left the optimizer state finite, are read after step
+ * k+1 has been submitted, so the host never idles the workers, except where loss scaling
+ * or clipping needs the gradient statistics. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "data.h"
 #include "checkpoint.h"
+#include "data.h"
+#include "dos_policy.h"
 #include "errors.h"
 #include "host_memory.h"
 #include "train.h"
@@ -63,8 +65,7 @@ static void copy_home(starpu_data_handle_t *h, uint32_t first, uint32_t end, con
 static void declare_gpu_memory(const struct dos_train_config *cfg, const struct dos_model *model,
 			       const struct dos_optimizer *opt)
 {
-	struct dos_sched_stats stats;
-	if (starpu_cuda_worker_get_count() == 0 || dos_sched_get_stats(cfg->sched_ctx, &stats) != 0)
+	if (starpu_cuda_worker_get_count() == 0 || !_dos_sched_ctx_is_ours(cfg->sched_ctx))
 		return;
 	double model_bytes = (double)dos_model_gpu_bytes(model);
 	double activations = model_bytes - 8.0 * (double)model->nparams;
@@ -93,13 +94,39 @@ static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config 
 					    .hp = opt->cfg.hp};
 }
 
-/* Saves the state after `steps_done` steps: waits for that step's updates (reading every
- * subgroup's state where it is home), writes, and lets the next step go on. */
+/* An error naming the step, the first subgroup and the arrays that the step's update left
+ * with an inf or NaN (from the flags the update tasks wrote: the state is not read), so
+ * that a NaN in the state is reported at the step where it appears instead of being
+ * saved or trained on. A skipped step wrote nothing: its state was checked before. */
+static int check_update_finite(struct dos_optimizer *opt, const struct dos_step_report *report, uint64_t step)
+{
+	if (!DOS_VALUES_ARE_REAL || !report->update)
+		return 0;
+	uint32_t count, s, bits;
+	int err = dos_optimizer_update_nonfinite(opt, report->update, &count, &s, &bits);
+	if (err || count == 0)
+		return err;
+	static const char *const names[] = {"master weight", "Adam m", "Adam v"};
+	char arrays[64] = "", others[64] = "";
+	for (int a = 0; a < 3; a++)
+		if (bits & (1u << a))
+			snprintf(arrays + strlen(arrays), sizeof arrays - strlen(arrays), "%s%s", *arrays ? ", " : "",
+				 names[a]);
+	if (count > 1)
+		snprintf(others, sizeof others, " (and %u more subgroups)", count - 1);
+	uint64_t first = (uint64_t)s * opt->map.subgroup_size;
+	return DOS_FAIL(-ERANGE,
+			"after step %llu the optimizer state is not finite: %s of subgroup %u (parameters %llu to "
+			"%llu)%s; not saved, training stopped",
+			(unsigned long long)step, arrays, s, (unsigned long long)first,
+			(unsigned long long)(first + dos_subgroup_len(&opt->map, s) - 1), others);
+}
+
 /* In a data-parallel job every rank that keeps state saves its shard and, once all have
  * (or one failed: then every rank fails), rank 0 writes the manifest. The checkpoint
  * directory must be shared by the ranks (a parallel file system on a cluster). */
 static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model, struct dos_optimizer *opt,
-			   const struct dos_corpus *corpus, uint64_t steps_done)
+			   const struct dos_corpus *corpus, const struct dos_step_report *report, uint64_t steps_done)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	int ranks = dos_dp_size(dp);
@@ -113,7 +140,7 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 	}
 	dos_optimizer_hold_state(opt, STARPU_R);
 	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, steps_done);
-	int err = dos_optimizer_check_finite(opt, steps_done);
+	int err = check_update_finite(opt, report, steps_done);
 	if (!err && shards == 1 && opt->state_len > 0)
 		err = dos_checkpoint_save(cfg->checkpoint_dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
 	else if (!err && opt->state_len > 0) {
@@ -186,6 +213,45 @@ static int check_config(const struct dos_train_config *c)
 		return DOS_FAIL(-EINVAL, "data_path is NULL");
 	if (c->shape.vocab < 256)
 		return DOS_FAIL(-EINVAL, "vocab = %u: the byte-level corpus needs at least 256", c->shape.vocab);
+	if ((c->resume || c->checkpoint_every) && !c->checkpoint_dir)
+		return DOS_FAIL(-EINVAL, "resume = %d, checkpoint_every = %llu: both need a checkpoint_dir", c->resume,
+				(unsigned long long)c->checkpoint_every);
+	/* the optimizer's own checks, before anything is loaded or allocated */
+	struct dos_optimizer_config oc = c->opt;
+	oc.sched_ctx = c->sched_ctx;
+	return dos_optimizer_config_check(&oc, dos_model_param_count(&c->shape, NULL));
+}
+
+/* The end of a submitted step, once its updates have run: the finiteness of the state
+ * they wrote, then the step's loss and progress. */
+static int finish_step(const struct dos_train_config *cfg, struct dos_optimizer *opt, struct pending_step *q,
+		       double start, struct dos_train_output *out)
+{
+	/* each rank checks the subgroups it updated; all stop when one finds a NaN */
+	int err = check_update_finite(opt, &q->report, q->step);
+	if (dos_dp_sum(err != 0) > 0)
+		return err ? err
+			   : DOS_FAIL(-ERANGE,
+				      "after step %llu another rank's optimizer state is not finite; training stopped",
+				      (unsigned long long)q->step);
+	if (cfg->dp.rank != 0) /* rank 0 reads the job's losses and reports */
+		return 0;
+	uint32_t A = cfg->accumulation * (uint32_t)dos_dp_size(&cfg->dp),
+		 tokens = cfg->micro_batch * cfg->shape.seq_len;
+	double loss = collect_loss(q, A, tokens);
+	if (out && out->losses)
+		out->losses[q->step - 1] = loss;
+	if (cfg->on_step) {
+		struct dos_train_progress pr = {.step = q->step,
+						.steps = cfg->steps,
+						.loss = loss,
+						.applied = q->report.applied,
+						.grad_norm = q->report.grad_norm,
+						.loss_scale = q->report.loss_scale_used,
+						.elapsed = now_seconds() - start,
+						.tokens = q->step * (uint64_t)tokens * A};
+		cfg->on_step(cfg->on_step_arg, &pr);
+	}
 	return 0;
 }
 
@@ -197,18 +263,30 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	if ((err = check_config(cfg)))
 		return err;
 	uint64_t params = dos_model_param_count(&cfg->shape, NULL);
-	if (cfg->opt.subgroup_size == 0 || cfg->opt.subgroup_size > params)
-		return DOS_FAIL(-EINVAL, "subgroup size = %llu must be in [1, %llu] (the model's parameter count)",
-				(unsigned long long)cfg->opt.subgroup_size, (unsigned long long)params);
+	/* the global batch: micro-batches [first_mb, first_mb + accumulation) are this rank's */
+	const struct dos_data_parallel *dp = &cfg->dp;
+	int ranks = dos_dp_size(dp), reporter = dp->rank == 0;
+	if ((uint64_t)cfg->accumulation * (uint64_t)ranks > UINT32_MAX)
+		return DOS_FAIL(-EINVAL, "accumulation = %u micro-batches on each of %d ranks: too many per step",
+				cfg->accumulation, ranks);
+	uint32_t A = cfg->accumulation * (uint32_t)ranks, first_mb = cfg->accumulation * (uint32_t)dp->rank;
+	/* the loss handles of the step being read and the step being submitted; on the heap,
+	 * as up to 2^20 micro-batches per step would overflow the stack */
+	starpu_data_handle_t *loss_slots = calloc(2 * (size_t)A, sizeof *loss_slots);
+	if (!loss_slots)
+		return DOS_FAIL(-ENOMEM, "no memory for the loss handles of %u micro-batches", A);
 
 	struct dos_corpus corpus;
 	struct dos_model model;
 	struct dos_optimizer opt;
-	if ((err = dos_corpus_load(&corpus, cfg->data_path, cfg->shape.seq_len, cfg->seed)))
+	if ((err = dos_corpus_load(&corpus, cfg->data_path, cfg->shape.seq_len, cfg->seed))) {
+		free(loss_slots);
 		return err;
+	}
 	if ((err = dos_model_create(&model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->checkpoint_activations,
 				    cfg->sched_ctx))) {
 		dos_corpus_free(&corpus);
+		free(loss_slots);
 		return err;
 	}
 	model.hook = cfg->hook;
@@ -220,6 +298,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 					model.weights))) {
 		dos_model_destroy(&model);
 		dos_corpus_free(&corpus);
+		free(loss_slots);
 		return err;
 	}
 	opt.hook = cfg->hook;
@@ -237,18 +316,13 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		dos_optimizer_destroy(&opt);
 		dos_model_destroy(&model);
 		dos_corpus_free(&corpus);
+		free(loss_slots);
 		return err;
 	}
 	if (out)
 		out->resumed_from = first_step;
-	/* the global batch: micro-batches [first_mb, first_mb + accumulation) are this rank's */
-	const struct dos_data_parallel *dp = &cfg->dp;
-	int ranks = dos_dp_size(dp), reporter = dp->rank == 0;
-	uint32_t A = cfg->accumulation * (uint32_t)ranks, first_mb = cfg->accumulation * (uint32_t)dp->rank;
-	uint32_t tokens = cfg->micro_batch * cfg->shape.seq_len, nloss = reporter ? A : 0;
-	starpu_data_handle_t loss_slots[2][A];
-	memset(loss_slots, 0, sizeof loss_slots);
-	struct pending_step pending[2] = {{.loss = loss_slots[0]}, {.loss = loss_slots[1]}};
+	uint32_t tokens = cfg->micro_batch * cfg->shape.seq_len;
+	struct pending_step pending[2] = {{.loss = loss_slots}, {.loss = loss_slots + A}};
 	int have_pending = 0;
 	double start = now_seconds();
 	for (uint64_t k = first_step; k < cfg->steps && !err; k++) {
@@ -295,42 +369,23 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		p->step = k + 1;
 		if ((err = dos_optimizer_submit_step(&opt, &p->report)))
 			break;
+		/* the previous step while this one runs: first whether its updates left the state
+		 * finite (before anything can save it), then its loss */
+		if (have_pending && (err = finish_step(cfg, &opt, &pending[(k + 1) % 2], start, out)))
+			break;
+		have_pending = 1;
 		if (cfg->checkpoint_dir && DOS_VALUES_ARE_REAL &&
 		    (k + 1 == cfg->steps || (cfg->checkpoint_every && (k + 1) % cfg->checkpoint_every == 0)) &&
-		    (err = save_checkpoint(cfg, &model, &opt, &corpus, k + 1)))
+		    (err = save_checkpoint(cfg, &model, &opt, &corpus, &p->report, k + 1)))
 			break;
-		/* report the previous step while this one runs */
-		for (int last = 0; reporter && last <= (k + 1 == cfg->steps); last++) {
-			struct pending_step *q = last ? p : &pending[(k + 1) % 2];
-			if (!last && !have_pending)
-				continue;
-			double loss = collect_loss(q, A, tokens);
-			if (out && out->losses)
-				out->losses[q->step - 1] = loss;
-			if (cfg->on_step) {
-				struct dos_train_progress pr = {.step = q->step,
-								.steps = cfg->steps,
-								.loss = loss,
-								.applied = q->report.applied,
-								.grad_norm = q->report.grad_norm,
-								.loss_scale = q->report.loss_scale_used,
-								.elapsed = now_seconds() - start,
-								.tokens = q->step * (uint64_t)tokens * A};
-				cfg->on_step(cfg->on_step_arg, &pr);
-			}
-		}
-		have_pending = 1;
+		if (k + 1 == cfg->steps && (err = finish_step(cfg, &opt, p, start, out)))
+			break;
 	}
 	starpu_task_wait_for_all();
-	for (int i = 0; i < 2; i++) /* left by an error */
-		for (uint32_t a = 0; a < nloss; a++)
-			if (loss_slots[i][a])
-				starpu_data_unregister(loss_slots[i][a]);
-	if (!err && DOS_VALUES_ARE_REAL) { /* the final state, once home */
-		dos_optimizer_hold_state(&opt, STARPU_R);
-		err = dos_optimizer_check_finite(&opt, cfg->steps);
-		dos_optimizer_release_state(&opt);
-	}
+	for (size_t i = 0; i < 2 * (size_t)A; i++) /* left by an error */
+		if (loss_slots[i])
+			starpu_data_unregister(loss_slots[i]);
+	free(loss_slots);
 	if (out) {
 		out->seconds = now_seconds() - start;
 		out->skipped_steps = opt.skipped_steps;

@@ -61,8 +61,11 @@ struct dos_train_output {
 	uint64_t resumed_from; /* steps already done by the checkpoint resumed from (0: none) */
 };
 
-/* Runs the training. Errors: -EINVAL naming the bad setting, data-file errors,
- * -ENOMEM; the message is in dos_last_error(). */
+/* Runs the training. Every setting is checked before anything is loaded (the model's
+ * shape, sizes, the optimizer's configuration, checkpoint settings). Errors: -EINVAL
+ * naming the bad setting and its value, data-file errors, -ENOMEM naming what could not
+ * be allocated, -ERANGE when the optimizer state stops being finite; the message is in
+ * dos_last_error(). A refused configuration leaves *out untouched. */
 int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out);
 
 #endif /* DOS_TRAIN_H */

@@ -89,7 +89,9 @@ struct dos_adam_step {
 /* Computes the scalars of 1-based step `step` for hyper-parameters `hp`, with the
  * gradient multiplier `grad_multiplier` (finite, > 0; 1 when there is neither loss
  * scaling nor clipping). Errors: -EINVAL for NULL pointers, step 0, lr < 0, betas outside
- * [0, 1), eps <= 0, weight_decay < 0, non-finite values, an unknown mode. */
+ * [0, 1), eps <= 0, weight_decay < 0, non-finite values, an unknown mode, and values that
+ * are fine in double but not once rounded to float (a step size or decay that overflows,
+ * an eps or multiplier that becomes 0). */
 int dos_adam_step_init(struct dos_adam_step *out, const struct dos_adam_hparams *hp, uint64_t step,
 		       double grad_multiplier);
 
@@ -123,10 +125,28 @@ const char *dos_cpu_isa_name(enum dos_cpu_isa isa);
 
 /* One Adam/AdamW update of a subgroup: master (fp32, RW), m (fp32, RW), v (fp32, RW),
  * grad (grad_dtype, R), and weight16 (weight_dtype fp16 or bf16, W; NULL when training in
- * fp32). The step scalars are copied into the task. */
+ * fp32). The step scalars are copied into the task; each field must lie where
+ * dos_adam_step_init() puts it (-EINVAL naming the field otherwise). */
 int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t master, starpu_data_handle_t m,
 			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,
 			 starpu_data_handle_t weight16, enum dos_dtype weight_dtype, struct starpu_task **task_out);
+
+/* Which outputs of an update got an inf or a NaN somewhere: the bits of the flag below. */
+enum dos_nonfinite_bits {
+	DOS_NONFINITE_MASTER = 1,
+	DOS_NONFINITE_M = 2,
+	DOS_NONFINITE_V = 4,
+};
+
+/* Makes the unsubmitted dos_adam task `task` also write, into `flag` (a variable handle
+ * of one uint32_t, W), the enum dos_nonfinite_bits of the master weights, m and v it
+ * wrote (0: all finite), so that a NaN appearing in the state is seen at the step where it
+ * appears, without reading the state back. Costs one multiply per output vector on the
+ * CPU and a compare per element on the GPU; the state itself is computed exactly as
+ * without the flag. Errors: -EINVAL for NULL arguments, a task that is not an
+ * unsubmitted dos_adam task or already has a flag, a flag that is not a 4-byte variable
+ * handle. */
+int dos_adam_task_report_nonfinite(struct starpu_task *task, starpu_data_handle_t flag);
 
 /* weight16 (fp16 or bf16, W) = master (fp32, R) rounded to nearest even. */
 int dos_cast_task_create(starpu_data_handle_t master, starpu_data_handle_t weight16, enum dos_dtype weight_dtype,
@@ -159,7 +179,9 @@ int dos_grad_scale_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dt
  * starpu_init can pass dos_sched_policy("dos") as starpu_conf.sched_policy, or create a
  * scheduling context with it (STARPU_SCHED_CTX_POLICY_STRUCT). */
 
-/* The policy named `name`, or NULL for a name that is not one of ours. */
+/* The policy named `name`, or NULL for NULL or a name that is not one of ours: a lookup
+ * (programs ask it before falling back to StarPU's own policies), so NULL is an answer,
+ * not a failure, and no error is recorded. */
 struct starpu_sched_policy *dos_sched_policy(const char *name);
 
 struct dos_sched_stats {
@@ -184,7 +206,9 @@ struct dos_sched_stats {
  * of sched/bound.c, to print measured times as a ratio to it. Call it between
  * starpu_init and starpu_shutdown. Errors: -EINVAL for bad arguments, -ENODATA when StarPU's
  * dos_adam perfmodel has no measurements yet for that subgroup size on some worker kind
- * (calibrate first: dos-bench calibrate, or STARPU_CALIBRATE=1). */
+ * (calibrate first: dos-bench calibrate, or STARPU_CALIBRATE=1). -EINVAL covers NULL
+ * `seconds`, params or subgroup_params out of range, unknown dtypes, StarPU not running
+ * and a context that does not exist. */
 int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
 			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds);
 
@@ -202,7 +226,8 @@ int dos_host_contention_record(double factor);
 int dos_host_cpu_rate_record(double params_per_second);
 
 /* Statistics of the starpu-dos policy running in `sched_ctx` (0 for the global one).
- * Errors: -EINVAL for a NULL `out` or a context not run by one of our policies. */
+ * Errors: -EINVAL for a NULL `out`, StarPU not running, a context that does not exist or
+ * is not run by one of our policies (the message names the context and its policy). */
 int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);
 
 /* Declares the GPU memory the application's own tasks in `sched_ctx` keep during an
@@ -210,7 +235,8 @@ int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);
  * will need), which the dos plan then leaves free for them; it replaces the previous
  * declaration, and DOS_GPU_RESERVE_MIB adds to it. The training graph (graph/train.c)
  * declares its own from the model's shape. Errors: -EINVAL for a negative or non-finite
- * `bytes` or a context not run by one of our policies. */
+ * `bytes`, StarPU not running, or a context that does not exist or is not run by one of
+ * our policies. */
 int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes);
 
 /* ---- Embedding the optimizer in a StarPU application ----------------------------------

@@ -428,7 +428,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 		.loss_scale_init = cfg->loss_scale_init,
 		.loss_scale_window = cfg->loss_scale_window,
 	};
-	if ((err = dos_optimizer_config_check(&oc)))
+	if ((err = dos_optimizer_config_check(&oc, nparams)))
 		return err;
 
 	struct dos_opt *opt = calloc(1, sizeof *opt);

@@ -34,8 +34,10 @@
 #include <starpu.h>
 #include <starpu_scheduler.h>
 
+#include "codelet_util.h"
 #include "codelets.h"
 #include "dos.h"
+#include "dos_policy.h"
 #include "planner.h"
 #include "errors.h"
 #include "rates.h"
@@ -794,13 +796,32 @@ static struct policy *our_policy(unsigned sched_ctx)
 	return pol && pol->push_task == push_task ? policy_of(sched_ctx) : NULL;
 }
 
+int _dos_sched_ctx_is_ours(unsigned sched_ctx)
+{
+	return starpu_is_initialized() && sched_ctx < STARPU_NMAX_SCHED_CTXS && our_policy(sched_ctx) != NULL;
+}
+
+/* Our policy's state in `sched_ctx`, or NULL with the error recorded. */
+static struct policy *checked_policy(const char *function, unsigned sched_ctx)
+{
+	if (_dos_check_sched_ctx(function, "sched_ctx", sched_ctx))
+		return NULL;
+	struct policy *p = our_policy(sched_ctx);
+	if (!p) {
+		struct starpu_sched_policy *pol = starpu_sched_ctx_get_sched_policy(sched_ctx);
+		_dos_fail(-EINVAL, function, "sched_ctx = %u is run by %s, not by a starpu-dos policy", sched_ctx,
+			  pol && pol->policy_name ? pol->policy_name : "no policy");
+	}
+	return p;
+}
+
 int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes)
 {
 	if (!(bytes >= 0) || !isfinite(bytes))
 		return DOS_FAIL(-EINVAL, "bytes = %g must be finite and >= 0", bytes);
-	struct policy *p = our_policy(sched_ctx);
+	struct policy *p = checked_policy(__func__, sched_ctx);
 	if (!p)
-		return DOS_FAIL(-EINVAL, "scheduling context %u is not run by a starpu-dos policy", sched_ctx);
+		return -EINVAL;
 	lock_plan(p);
 	p->app_reserve_bytes = bytes;
 	unlock_plan(p);
@@ -810,8 +831,8 @@ int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes)
 int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out)
 {
 	if (!out)
-		return -EINVAL;
-	struct policy *p = our_policy(sched_ctx);
+		return DOS_FAIL(-EINVAL, "out is NULL");
+	struct policy *p = checked_policy(__func__, sched_ctx);
 	if (!p)
 		return -EINVAL;
 	lock_plan(p);

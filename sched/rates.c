@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "codelet_util.h"
 #include "codelets.h"
 #include "errors.h"
 #include "planner.h"
@@ -117,9 +118,11 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
 		return DOS_FAIL(-EINVAL, "params = %g must be in [1, 1e15)", params);
 	if (!(subgroup_params >= 1 && subgroup_params <= 4294967295.0 && subgroup_params <= params))
 		return DOS_FAIL(-EINVAL, "subgroup_params = %g must be in [1, min(params, 2^32 - 1)]", subgroup_params);
-	if (dos_dtype_size(grad_dtype) == 0 || dos_dtype_size(weight_dtype) == 0)
-		return DOS_FAIL(-EINVAL, "grad_dtype = %d / weight_dtype = %d: not enum dos_dtype values",
-				(int)grad_dtype, (int)weight_dtype);
+	int err;
+	if ((err = _dos_check_dtype(__func__, "grad_dtype", grad_dtype, 0)) ||
+	    (err = _dos_check_dtype(__func__, "weight_dtype", weight_dtype, 0)) ||
+	    (err = _dos_check_sched_ctx(__func__, "sched_ctx", sched_ctx)))
+		return err;
 	/* a probe update task on handles with no memory behind them: only its sizes matter */
 	uint32_t n = (uint32_t)subgroup_params;
 	starpu_data_handle_t h[5];
@@ -131,7 +134,7 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
 	struct dos_adam_hparams hp = {DOS_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.0};
 	struct dos_adam_step step;
 	struct starpu_task *probe = NULL;
-	int err = dos_adam_step_init(&step, &hp, 1, 1.0);
+	err = dos_adam_step_init(&step, &hp, 1, 1.0);
 	if (!err)
 		err = dos_adam_task_create(&step, h[0], h[1], h[2], h[3], grad_dtype,
 					   weight_dtype == DOS_FP32 ? NULL : h[4], weight_dtype, &probe);

@@ -1,8 +1,9 @@
 /* Every SIMD variant (AVX2, AVX-512, whichever this CPU has) against the scalar reference,
  * bit for bit, on every output of every kernel and every dtype combination: sizes that
  * are not multiples of any vector width, unaligned starts, subnormals, values near the
- * fp16 overflow threshold, inf and nan gradients. NaN results compare equal to any NaN:
- * their payloads are not part of the contract (a GPU returns canonical NaNs). */
+ * fp16 overflow threshold, inf and nan gradients, and the update's non-finite bits. NaN
+ * results compare equal to any NaN: their payloads are not part of the contract (a GPU
+ * returns canonical NaNs). */
 #include "kernels.h"
 #include "parity_util.h"
 
@@ -68,9 +69,10 @@ static void check_adam(const struct _dos_cpu_kernels *k, size_t n, size_t off, e
 			struct dos_adam_step s;
 			CHECK(dos_adam_step_init(&s, &hparam_sets[h], t + 10 * h, h == 1 ? 1.0 / 1024 : 1.0) == 0, "%s",
 			      dos_last_error());
-			_dos_cpu_kernels_scalar.adam(&s, b.p[0], b.m[0], b.v[0], b.g[0], gt,
-						     with_weight ? b.w[0] : NULL, wt, n);
-			k->adam(&s, b.p[1], b.m[1], b.v[1], b.g[1], gt, with_weight ? b.w[1] : NULL, wt, n);
+			uint32_t nonfinite0 = _dos_cpu_kernels_scalar.adam(&s, b.p[0], b.m[0], b.v[0], b.g[0], gt,
+									   with_weight ? b.w[0] : NULL, wt, n);
+			uint32_t nonfinite1 =
+				k->adam(&s, b.p[1], b.m[1], b.v[1], b.g[1], gt, with_weight ? b.w[1] : NULL, wt, n);
 			char ctx[160];
 			snprintf(ctx, sizeof ctx, "adam %s n=%zu offset=%zu grad=%s weight=%s hparams=%zu step=%llu",
 				 dos_cpu_isa_name(k->isa), n, off, dos_dtype_name(gt),
@@ -80,8 +82,54 @@ static void check_adam(const struct _dos_cpu_kernels *k, size_t n, size_t off, e
 			compare_f32("v", b.v[0], b.v[1], n, ctx);
 			if (with_weight)
 				compare_elems("weight16", b.w[0], b.w[1], wt, n, ctx);
+			CHECK(nonfinite0 == nonfinite1, "%s: non-finite bits %#x, scalar %#x", ctx, nonfinite1,
+			      nonfinite0);
 		}
 	free_buffers(&b);
+}
+
+/* The update's non-finite bits name exactly the arrays that hold an inf or NaN after it:
+ * none for finite input, then one bad value planted in the vector body or in the tail. */
+static void check_adam_nonfinite(const struct _dos_cpu_kernels *k)
+{
+	enum { N = 1000 + 13 }; /* a tail for every vector width */
+	struct dos_adam_hparams hp = {DOS_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01};
+	struct dos_adam_step s;
+	CHECK(dos_adam_step_init(&s, &hp, 3, 1.0) == 0, "%s", dos_last_error());
+	float *p = test_malloc(N * 4), *m = test_malloc(N * 4), *v = test_malloc(N * 4), *g = test_malloc(N * 4);
+	/* what one planted value leaves non-finite: inf in p stays inf in p alone; inf in v
+	 * makes the denominator inf and p's step 0, so v alone; NaN in m reaches p too */
+	const struct {
+		int array; /* 0 p, 1 m, 2 v, 3 g */
+		float value;
+		uint32_t expected;
+	} cases[] = {
+		{0, INFINITY, DOS_NONFINITE_MASTER},
+		{2, INFINITY, DOS_NONFINITE_V},
+		{1, NAN, DOS_NONFINITE_MASTER | DOS_NONFINITE_M},
+		{3, NAN, DOS_NONFINITE_MASTER | DOS_NONFINITE_M | DOS_NONFINITE_V},
+	};
+	const size_t at[] = {0, 517, N - 1};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
+			uint64_t rng = 42;
+			for (size_t i = 0; i < N; i++) {
+				p[i] = (float)test_normal(&rng);
+				m[i] = (float)test_normal(&rng) * 1e-2f;
+				v[i] = (float)test_uniform(&rng) * 1e-4f;
+				g[i] = (float)test_normal(&rng);
+			}
+			float *arrays[] = {p, m, v, g};
+			uint32_t clean = k->adam(&s, p, m, v, g, DOS_FP32, NULL, DOS_FP16, N);
+			CHECK(clean == 0, "%s: finite state and gradients flagged %#x", dos_cpu_isa_name(k->isa),
+			      clean);
+			arrays[cases[c].array][at[a]] = cases[c].value;
+			uint32_t got = k->adam(&s, p, m, v, g, DOS_FP32, NULL, DOS_FP16, N);
+			CHECK(got == cases[c].expected, "%s: %g planted in array %d at %zu: bits %#x, expected %#x",
+			      dos_cpu_isa_name(k->isa), (double)cases[c].value, cases[c].array, at[a], got,
+			      cases[c].expected);
+		}
+	free(p), free(m), free(v), free(g);
 }
 
 static void check_companions(const struct _dos_cpu_kernels *k, size_t n, size_t off, enum dos_dtype t)
@@ -147,6 +195,7 @@ int main(void)
 
 	for (int k = 0; k < nvariants; k++) {
 		check_stats_flag(variants[k]);
+		check_adam_nonfinite(variants[k]);
 		if (variants[k] == &_dos_cpu_kernels_scalar)
 			continue;
 		for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)

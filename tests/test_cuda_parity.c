@@ -1,6 +1,7 @@
 /* The CUDA kernels against the scalar CPU reference, bit for bit (any NaN equals any
  * NaN), on every output and dtype combination, odd sizes, unaligned starts (which take
- * the non-vectorised path) and awkward values. Exits 77 (skipped) without a GPU. */
+ * the non-vectorised path) and awkward values; the update's non-finite bits equal the
+ * CPU's. Exits 77 (skipped) without a GPU. */
 #include "config.h"
 #include "test_util.h"
 
@@ -59,14 +60,20 @@ static void check_adam(size_t n, size_t off, enum dos_dtype gt, enum dos_dtype w
 	float *dp = to_device(&bases[0], p, n * 4, off * 4), *dm = to_device(&bases[1], m, n * 4, off * 4),
 	      *dv = to_device(&bases[2], v, n * 4, off * 4);
 	void *dg = to_device(&bases[3], g, n * gs, off * gs), *dw = to_device(&bases[4], w, n * ws, off * ws);
+	uint32_t *dflag;
+	CUDA_OK(cudaMalloc((void **)&dflag, sizeof *dflag));
 	for (size_t h = 0; h < sizeof hparam_sets / sizeof hparam_sets[0]; h++)
 		for (uint64_t t = 1; t <= 2; t++) {
 			struct dos_adam_step s;
 			CHECK(dos_adam_step_init(&s, &hparam_sets[h], t + 10 * h, h == 1 ? 1.0 / 1024 : 1.0) == 0, "%s",
 			      dos_last_error());
-			_dos_cpu_kernels_scalar.adam(&s, p, m, v, g, gt, with_weight ? w : NULL, wt, n);
-			CUDA_OK(_dos_adam_cuda(&s, dp, dm, dv, dg, gt, with_weight ? dw : NULL, wt, n, 0));
+			uint32_t cpu_nonfinite =
+				_dos_cpu_kernels_scalar.adam(&s, p, m, v, g, gt, with_weight ? w : NULL, wt, n);
+			CUDA_OK(cudaMemset(dflag, 0xff, sizeof *dflag)); /* stale: the kernel must clear it */
+			CUDA_OK(_dos_adam_cuda(&s, dp, dm, dv, dg, gt, with_weight ? dw : NULL, wt, n, dflag, 0));
 			CUDA_OK(cudaDeviceSynchronize());
+			uint32_t gpu_nonfinite;
+			CUDA_OK(cudaMemcpy(&gpu_nonfinite, dflag, sizeof gpu_nonfinite, cudaMemcpyDeviceToHost));
 			float *rp = from_device(dp, n * 4), *rm = from_device(dm, n * 4), *rv = from_device(dv, n * 4);
 			void *rw = from_device(dw, n * ws);
 			char ctx[160];
@@ -78,8 +85,11 @@ static void check_adam(size_t n, size_t off, enum dos_dtype gt, enum dos_dtype w
 			compare_f32("v", v, rv, n, ctx);
 			if (with_weight)
 				compare_elems("weight16", w, rw, wt, n, ctx);
+			CHECK(gpu_nonfinite == cpu_nonfinite, "%s: non-finite bits %#x on the GPU, %#x on the CPU", ctx,
+			      gpu_nonfinite, cpu_nonfinite);
 			free(rp), free(rm), free(rv), free(rw);
 		}
+	CUDA_OK(cudaFree(dflag));
 	for (int k = 0; k < 5; k++)
 		CUDA_OK(cudaFree(bases[k]));
 	free(p), free(m), free(v), free(g), free(w);

@@ -7,7 +7,7 @@
 #     ranks), under several policies, with a step skipped for overflow, and with fewer
 #     subgroups than ranks;
 #  2. each rank keeps about 1/N of the optimizer state, and says so; ranks of a node are
-#     bound to distinct blocks of cores, and say which;
+#     bound to distinct blocks of cores, and say which; a NaN in the state stops every rank;
 #  3. sharded checkpoints: a 2-rank job saves shards + manifest; resuming on 1, 2 and 4
 #     ranks ends bit-identical to the uninterrupted run; SIGKILL of the job while it saves
 #     every step leaves a latest checkpoint that resumes exactly.
@@ -86,6 +86,14 @@ fi
 DOS_BIND=none ranks 2 --preset tiny --steps 1 >"$work/log" 2>&1 || fail "DOS_BIND=none: $(cat "$work/log")"
 [ "$(grep -c 'binding left to the launcher' "$work/log")" = 2 ] || fail "DOS_BIND=none ignored: $(cat "$work/log")"
 echo "data parallel: 2 ranks bound to CPUs $cpus(one block of cores each); DOS_BIND=none leaves the launcher's"
+
+# a NaN in one rank's state stops every rank at that step (no rank left waiting)
+if ranks 2 --preset tiny --steps 6 --quiet --lr 1e37 --weight-decay 1 >"$work/log" 2>&1; then
+	fail "a job whose state overflows finished: $(cat "$work/log")"
+fi
+[ "$(grep -c 'after step 2 the optimizer state is not finite' "$work/log")" = 2 ] ||
+	fail "both ranks should stop at step 2 naming their subgroups: $(cat "$work/log")"
+echo "data parallel: a state that stops being finite stops both ranks at that step, each naming its subgroups"
 
 # ---- 3. sharded checkpoints, resharded on resume --------------------------------------------
 $train --preset tiny --steps 10 --quiet --accumulate 4 --dump "$work/straight.bin" >/dev/null 2>&1 ||

@@ -189,9 +189,10 @@ static void refusals_without_starpu(void)
 	BAD_CONFIG(bad.weight_dtype = (enum dos_dtype)9, "weight_dtype = 9");
 	BAD_CONFIG((bad.tensor_dtype = DOS_FP16, bad.weight_dtype = bad.grad_dtype = DOS_BF16),
 		   "tensor_dtype = fp16 needs weight_dtype (bf16)");
-	BAD_CONFIG(bad.grad_dtype = DOS_BF16, "grad_dtype = bf16 must be fp32 or the weight dtype fp32");
+	BAD_CONFIG(bad.grad_dtype = DOS_BF16, "grad_dtype = 2 (bf16) must be fp32 or the weight dtype fp32");
 	BAD_CONFIG(bad.clip_norm = -1, "clip_norm = -1");
-	BAD_CONFIG((bad.dynamic_loss_scale = 1, bad.loss_scale_init = 0.5), "loss_scale_init >= 1 (got 0.5)");
+	BAD_CONFIG((bad.dynamic_loss_scale = 1, bad.loss_scale_init = 0.5),
+		   "loss_scale_init = 0.5: dynamic loss scaling needs a finite scale >= 1");
 #define BAD_TENSOR(change, needle)                                           \
 	do {                                                                 \
 		memcpy(x, ok, sizeof x);                                     \
@@ -341,8 +342,10 @@ static void refusals_with_starpu(void)
 static void save_refuses_non_finite(void)
 {
 	struct dos_opt_config cfg = base_config();
-	cfg.hp.lr = 1e38;
-	cfg.hp.weight_decay = 0;
+	/* decoupled decay multiplies the weights by 1 - lr * wd = -1e37 each step: inf soon */
+	cfg.hp.mode = DOS_ADAMW;
+	cfg.hp.lr = 1e37;
+	cfg.hp.weight_decay = 1;
 	struct app a;
 	app_init(&a, DOS_FP32, DOS_BF16, 0);
 	dos_opt_t opt;

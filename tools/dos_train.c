@@ -526,7 +526,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dos-train: %s\n", dos_last_error());
 		dos_timeline_destroy(acc.timeline);
 		shutdown_runtime(&cfg.dp);
-		return err == -EINVAL || err == -ENOENT ? 2 : 1;
+		return err == -EINVAL || err == -ENOENT || err == -EISDIR ? 2 : 1;
 	}
 	uint64_t steps_run = cfg.steps > out.resumed_from ? cfg.steps - out.resumed_from : 0;
 	if (out.resumed_from)
