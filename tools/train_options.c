@@ -36,7 +36,8 @@ static void usage(FILE *f)
 		   "training:\n"
 		   "  --steps N            optimizer steps\n"
 		   "  --micro-batch N      sequences per micro-batch\n"
-		   "  --accumulate N       micro-batches per step (gradient accumulation)\n"
+		   "  --accumulate N       micro-batches per step (gradient accumulation; per rank in a\n"
+		   "                       data-parallel job)\n"
 		   "  --seed N             weights and data order (default 1234)\n"
 		   "  --data FILE          training text (default: the bundled corpus)\n"
 		   "optimizer (AdamW):\n"
@@ -60,7 +61,11 @@ static void usage(FILE *f)
 		   "  --checkpoint-dir DIR save into DIR (existing) after the last step; two are kept\n"
 		   "  --checkpoint-every N also every N steps\n"
 		   "  --resume             continue from DIR's latest checkpoint up to --steps in all\n"
-		   "  --quiet              only the summary\n");
+		   "  --quiet              only the summary\n"
+		   "data parallel: started by mpirun or srun, each process is a rank of one job over\n"
+		   "StarPU-MPI (each keeps its share of the optimizer state; same result as one process\n"
+		   "with the same global batch); DOS_BIND=none keeps the launcher's CPU binding. See the\n"
+		   "README's launch guide and docs/data-parallel.md.\n");
 }
 
 static int parse_u64(FILE *err, const char *option, const char *text, uint64_t min, uint64_t max, uint64_t *out)
