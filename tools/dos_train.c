@@ -130,7 +130,7 @@ struct intervals {
 
 struct accounting {
 	pthread_mutex_t lock;
-	uint64_t batches_submitted; /* dos_batch tasks: accumulation per step */
+	uint64_t microbatches_submitted; /* embedding forwards: accumulation per step */
 	uint32_t accumulation;
 	double busy[PHASE_COUNT]; /* task seconds, summed over workers */
 	uint64_t updates_cpu, updates_gpu;
@@ -234,12 +234,13 @@ static void watch_task(void *arg, struct starpu_task *task)
 {
 	struct accounting *acc = arg;
 	struct watched *w = malloc(sizeof *w);
-	/* tasks are submitted in step order and each step starts with its batch tasks */
-	if (task->cl && !strcmp(task->cl->name, "dos_batch"))
-		acc->batches_submitted++;
+	/* tasks are submitted in step order, and each micro-batch starts with its embedding
+	 * forward (the batch tasks do not come through this hook) */
+	if (task->cl && !strcmp(task->cl->name, "dos_embed_fwd"))
+		acc->microbatches_submitted++;
 	if (w) {
 		*w = (struct watched){acc, task->callback_func, task->callback_arg,
-				      acc->batches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation};
+				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation};
 		task->callback_func = account_task;
 		task->callback_arg = w;
 	}
