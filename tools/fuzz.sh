@@ -61,6 +61,12 @@ cmp -s "$dir/include/dos_version.h.new" "$dir/include/dos_version.h" 2>/dev/null
 	mv "$dir/include/dos_version.h.new" "$dir/include/dos_version.h"
 rm -f "$dir/include/dos_version.h.new"
 
+# config.h is made by configure too; the fuzzed files need none of its switches (no CUDA,
+# no MPI here), only the file.
+printf '/* tools/fuzz.sh: a CPU-only build */\n#define DOS_HAVE_MPI 0\n' >"$dir/include/config.h.new"
+cmp -s "$dir/include/config.h.new" "$dir/include/config.h" 2>/dev/null || mv "$dir/include/config.h.new" "$dir/include/config.h"
+rm -f "$dir/include/config.h.new"
+
 sanitize=(-g -O1 -fno-omit-frame-pointer "-fsanitize=fuzzer,address,undefined" -fno-sanitize-recover=all -std=gnu11)
 includes=(-I "$dir/include" -I "$top/include" -I "$top/integration" -I "$top/graph" -I "$top/codelets"
 	-I "$top/tests" -I "$top/tools" -I "$starpu_include")
