@@ -123,11 +123,7 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 	uint32_t N = opt->map.nsubgroups;
 	int sixteen = cfg->weight_dtype != DOS_FP32;
 	dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, N, &opt->own_first, &opt->own_end);
-	opt->state_begin = (uint64_t)opt->own_first * cfg->subgroup_size;
-	opt->state_len =
-		opt->own_end > opt->own_first
-			? (opt->own_end == N ? P : (uint64_t)opt->own_end * cfg->subgroup_size) - opt->state_begin
-			: 0;
+	dos_dp_owned_params(&cfg->dp, cfg->dp.rank, P, cfg->subgroup_size, &opt->state_begin, &opt->state_len);
 	uint64_t L = opt->state_len;
 	/* one block: the state is pinned, or not, as a whole */
 	float *state;

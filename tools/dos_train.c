@@ -351,10 +351,10 @@ static int write_dump(const char *path, const struct dos_train_output *out, uint
 static void print_rank_share(const struct dos_train_config *cfg, uint64_t params, unsigned ncpu, unsigned ncuda,
 			     const struct dos_rank_binding *binding)
 {
-	uint64_t size = cfg->opt.subgroup_size, nsub = (params + size - 1) / size;
+	uint64_t size = cfg->opt.subgroup_size, begin, mine;
 	uint32_t first, end;
-	dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, (uint32_t)nsub, &first, &end);
-	uint64_t begin = first * size, stop = end == nsub ? params : end * size, mine = stop > begin ? stop - begin : 0;
+	dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, (uint32_t)((params + size - 1) / size), &first, &end);
+	dos_dp_owned_params(&cfg->dp, cfg->dp.rank, params, size, &begin, &mine);
 	char host[256] = "?";
 	gethostname(host, sizeof host - 1);
 	printf("dos-train: rank %d of %d on %s (%u CPU + %u CUDA workers): subgroups [%u, %u), optimizer state "
