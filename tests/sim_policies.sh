@@ -82,6 +82,13 @@ train_case() { # MACHINE
 train_case h100-pcie5
 train_case h200
 
+# Small subgroups: the tiny preset in its default 4096-param subgroups ends in a
+# 672-param one, below the smallest size the machines' perfmodels once covered (the
+# simulation aborted there). Every size down to one parameter must be predicted.
+out=$home/tiny.txt
+timeout 120 "${bench%/dos-bench}/dos-train" --simulate h200 --preset tiny --steps 3 --quiet >"$out" 2>&1
+check "h200: dos-train --simulate --preset tiny (a 672-param last subgroup) completes" $?
+
 # Less GPU memory than the plan would like (STARPU_LIMIT_CUDA_MEM): with 14 GB the model
 # leaves no room for optimizer state, so every update runs on the CPU, the run completes,
 # and dos says so once; with 6 GB even the model does not fit and StarPU evicts its data,

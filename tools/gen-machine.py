@@ -337,9 +337,11 @@ CODELETS = [
 # History entries: one per decade of subgroup sizes and one near the 32-bit limit of the
 # codelets' element counts, each as if measured 10 times (StarPU's STARPU_CALIBRATE_MINIMUM).
 # The regression is then valid (>= 10 samples, minx < 0.9 maxx: VALID_REGRESSION) and used
-# for sizes within [0.9 minx, 1.1 maxx], i.e. 900 to 4.4e9 params; outside, StarPU looks
-# the task's footprint up in the history, and the simulation aborts on a miss.
-HISTORY_NX = [10**k for k in range(3, 10)] + [4 * 10**9]
+# for sizes within [0.9 minx, 1.1 maxx], i.e. 1 to 4.4e9 params; outside, StarPU looks
+# the task's footprint up in the history, and the simulation aborts on a miss. The range
+# starts at one parameter because the last subgroup of a model holds whatever is left
+# (672 params for the tiny preset in 4096-param subgroups).
+HISTORY_NX = [10**k for k in range(0, 10)] + [4 * 10**9]
 SAMPLES_PER_ENTRY = 10
 
 
