@@ -15,6 +15,7 @@
 #endif
 
 #define F32(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
+#define ANY(i) ((void *)STARPU_VECTOR_GET_PTR(buffers[i])) /* of the model dtype */
 #define I32(i) ((int32_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
 
 /* The task's struct _dos_model_args, copied into *args: cl_arg points to the struct itself
@@ -26,6 +27,8 @@ static const struct _dos_model_args *model_args(void *cl_arg, struct _dos_model_
 				 "model codelet: cl_arg of %zu bytes, expected one struct _dos_model_args (%zu bytes)",
 				 size, sizeof *args);
 	memcpy(args, cl_arg, sizeof *args);
+	STARPU_ASSERT_MSG_ALWAYS(args->dtype == DOS_FP32 || args->dtype == DOS_FP16 || args->dtype == DOS_BF16,
+				 "model codelet: dtype = %d is not fp32, fp16 or bf16", (int)args->dtype);
 	return args;
 }
 
@@ -45,107 +48,117 @@ static void need(void *buffers[], int i, size_t count, size_t elemsize, const ch
 
 static void embed_fwd_check(void *buffers[], const struct _dos_model_args *a)
 {
+	const size_t es = dos_dtype_size(a->dtype);
 	NEED(0, (size_t)a->n, sizeof(int32_t));
-	NEED(1, 0, sizeof(float));
-	NEED(2, (size_t)a->T * a->d, sizeof(float));
-	NEED(3, (size_t)a->n * a->d, sizeof(float));
+	NEED(1, 0, es);
+	NEED(2, (size_t)a->T * a->d, es);
+	NEED(3, (size_t)a->n * a->d, es);
 }
 
 static void embed_bwd_check(void *buffers[], const struct _dos_model_args *a)
 {
+	const size_t es = dos_dtype_size(a->dtype);
 	NEED(0, (size_t)a->n, sizeof(int32_t));
-	NEED(1, (size_t)a->n * a->d, sizeof(float));
+	NEED(1, (size_t)a->n * a->d, es);
 	NEED(2, (size_t)a->V * a->d, sizeof(float));
 	NEED(3, (size_t)a->T * a->d, sizeof(float));
 }
 
 static void rmsnorm_fwd_check(void *buffers[], const struct _dos_model_args *a)
 {
-	NEED(0, (size_t)a->n * a->d, sizeof(float));
-	NEED(1, (size_t)a->d, sizeof(float));
-	NEED(2, (size_t)a->n * a->d, sizeof(float));
+	const size_t es = dos_dtype_size(a->dtype);
+	NEED(0, (size_t)a->n * a->d, es);
+	NEED(1, (size_t)a->d, es);
+	NEED(2, (size_t)a->n * a->d, es);
 	NEED(3, (size_t)a->n, sizeof(float));
 }
 
 static void rmsnorm_bwd_check(void *buffers[], const struct _dos_model_args *a)
 {
-	NEED(0, (size_t)a->n * a->d, sizeof(float));
-	NEED(1, (size_t)a->d, sizeof(float));
+	const size_t es = dos_dtype_size(a->dtype);
+	NEED(0, (size_t)a->n * a->d, es);
+	NEED(1, (size_t)a->d, es);
 	NEED(2, (size_t)a->n, sizeof(float));
-	NEED(3, (size_t)a->n * a->d, sizeof(float));
-	NEED(4, (size_t)a->n * a->d, sizeof(float));
+	NEED(3, (size_t)a->n * a->d, es);
+	NEED(4, (size_t)a->n * a->d, es);
 	NEED(5, (size_t)a->d, sizeof(float));
 }
 
 /* Returns whether the task has the residual (4th) buffer. */
 static int linear_fwd_check(void *buffers[], const struct _dos_model_args *a)
 {
+	const size_t es = dos_dtype_size(a->dtype);
 	int nbuffers = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
 	STARPU_ASSERT_MSG_ALWAYS(nbuffers == 3 || nbuffers == 4, "dos_linear_fwd: %d buffers, expected 3 or 4",
 				 nbuffers);
-	NEED(0, (size_t)a->n * a->d, sizeof(float));
-	NEED(1, (size_t)a->out * a->d, sizeof(float));
-	NEED(2, (size_t)a->n * a->out, sizeof(float));
+	NEED(0, (size_t)a->n * a->d, es);
+	NEED(1, (size_t)a->out * a->d, es);
+	NEED(2, (size_t)a->n * a->out, es);
 	if (nbuffers == 4)
-		NEED(3, (size_t)a->n * a->out, sizeof(float));
+		NEED(3, (size_t)a->n * a->out, es);
 	return nbuffers == 4;
 }
 
 static void linear_bwd_data_check(void *buffers[], const struct _dos_model_args *a)
 {
-	NEED(0, (size_t)a->n * a->out, sizeof(float));
-	NEED(1, (size_t)a->out * a->d, sizeof(float));
-	NEED(2, (size_t)a->n * a->d, sizeof(float));
+	const size_t es = dos_dtype_size(a->dtype);
+	NEED(0, (size_t)a->n * a->out, es);
+	NEED(1, (size_t)a->out * a->d, es);
+	NEED(2, (size_t)a->n * a->d, es);
 }
 
 static void linear_bwd_weight_check(void *buffers[], const struct _dos_model_args *a)
 {
-	NEED(0, (size_t)a->n * a->out, sizeof(float));
-	NEED(1, (size_t)a->n * a->d, sizeof(float));
+	const size_t es = dos_dtype_size(a->dtype);
+	NEED(0, (size_t)a->n * a->out, es);
+	NEED(1, (size_t)a->n * a->d, es);
 	NEED(2, (size_t)a->out * a->d, sizeof(float));
 }
 
 static void attention_fwd_check(void *buffers[], const struct _dos_model_args *a)
 {
+	const size_t es = dos_dtype_size(a->dtype);
 	size_t n = (size_t)a->B * a->T, d = (size_t)a->H * a->hd;
-	NEED(0, n * 3 * d, sizeof(float));
-	NEED(1, n * d, sizeof(float));
-	NEED(2, (size_t)a->B * a->H * a->T * a->T, sizeof(float));
+	NEED(0, n * 3 * d, es);
+	NEED(1, n * d, es);
+	NEED(2, (size_t)a->B * a->H * a->T * a->T, es);
 }
 
 static void attention_bwd_check(void *buffers[], const struct _dos_model_args *a)
 {
+	const size_t es = dos_dtype_size(a->dtype);
 	size_t n = (size_t)a->B * a->T, d = (size_t)a->H * a->hd;
-	NEED(0, n * 3 * d, sizeof(float));
-	NEED(1, (size_t)a->B * a->H * a->T * a->T, sizeof(float));
-	NEED(2, n * d, sizeof(float));
-	NEED(3, n * 3 * d, sizeof(float));
+	NEED(0, n * 3 * d, es);
+	NEED(1, (size_t)a->B * a->H * a->T * a->T, es);
+	NEED(2, n * d, es);
+	NEED(3, n * 3 * d, es);
 }
 
 /* GELU is elementwise over the whole of its input vector: its length is the count. */
-static size_t gelu_fwd_check(void *buffers[])
+static size_t gelu_fwd_check(void *buffers[], const struct _dos_model_args *a)
 {
-	size_t count = STARPU_VECTOR_GET_NX(buffers[0]);
-	NEED(0, count, sizeof(float));
-	NEED(1, count, sizeof(float));
+	size_t count = STARPU_VECTOR_GET_NX(buffers[0]), es = dos_dtype_size(a->dtype);
+	NEED(0, count, es);
+	NEED(1, count, es);
 	return count;
 }
 
-static size_t gelu_bwd_check(void *buffers[])
+static size_t gelu_bwd_check(void *buffers[], const struct _dos_model_args *a)
 {
-	size_t count = STARPU_VECTOR_GET_NX(buffers[0]);
-	NEED(0, count, sizeof(float));
-	NEED(1, count, sizeof(float));
-	NEED(2, count, sizeof(float));
+	size_t count = STARPU_VECTOR_GET_NX(buffers[0]), es = dos_dtype_size(a->dtype);
+	NEED(0, count, es);
+	NEED(1, count, es);
+	NEED(2, count, es);
 	return count;
 }
 
 static void xent_check(void *buffers[], const struct _dos_model_args *a)
 {
-	NEED(0, (size_t)a->n * a->V, sizeof(float));
+	const size_t es = dos_dtype_size(a->dtype);
+	NEED(0, (size_t)a->n * a->V, es);
 	NEED(1, (size_t)a->n, sizeof(int32_t));
 	NEED(2, (size_t)a->n, sizeof(float));
-	NEED(3, (size_t)a->n * a->V, sizeof(float));
+	NEED(3, (size_t)a->n * a->V, es);
 }
 
 /* ---- CPU ------------------------------------------------------------------------------- */
@@ -155,7 +168,7 @@ static void embed_fwd_cpu(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	embed_fwd_check(buffers, a);
-	_dos_embed_fwd_cpu(I32(0), F32(1), F32(2), F32(3), a->n, a->T, a->d);
+	_dos_embed_fwd_cpu(I32(0), ANY(1), ANY(2), ANY(3), a->n, a->T, a->d, a->dtype);
 }
 
 static void embed_bwd_cpu(void *buffers[], void *cl_arg)
@@ -163,7 +176,7 @@ static void embed_bwd_cpu(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	embed_bwd_check(buffers, a);
-	_dos_embed_bwd_cpu(I32(0), F32(1), F32(2), F32(3), a->n, a->T, a->d, a->V, a->accumulate);
+	_dos_embed_bwd_cpu(I32(0), ANY(1), F32(2), F32(3), a->n, a->T, a->d, a->V, a->accumulate, a->dtype);
 }
 
 static void rmsnorm_fwd_cpu(void *buffers[], void *cl_arg)
@@ -171,7 +184,7 @@ static void rmsnorm_fwd_cpu(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	rmsnorm_fwd_check(buffers, a);
-	_dos_rmsnorm_fwd_cpu(F32(0), F32(1), F32(2), F32(3), a->n, a->d);
+	_dos_rmsnorm_fwd_cpu(ANY(0), ANY(1), ANY(2), F32(3), a->n, a->d, a->dtype);
 }
 
 static void rmsnorm_bwd_cpu(void *buffers[], void *cl_arg)
@@ -179,7 +192,8 @@ static void rmsnorm_bwd_cpu(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	rmsnorm_bwd_check(buffers, a);
-	_dos_rmsnorm_bwd_cpu(F32(0), F32(1), F32(2), F32(3), F32(4), F32(5), a->n, a->d, a->accumulate, a->accumulate2);
+	_dos_rmsnorm_bwd_cpu(ANY(0), ANY(1), F32(2), ANY(3), ANY(4), F32(5), a->n, a->d, a->accumulate, a->accumulate2,
+			     a->dtype);
 }
 
 static void linear_fwd_cpu(void *buffers[], void *cl_arg)
@@ -187,7 +201,7 @@ static void linear_fwd_cpu(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	int residual = linear_fwd_check(buffers, a);
-	_dos_linear_fwd_cpu(F32(0), F32(1), residual ? F32(3) : NULL, F32(2), a->n, a->d, a->out);
+	_dos_linear_fwd_cpu(ANY(0), ANY(1), residual ? ANY(3) : NULL, ANY(2), a->n, a->d, a->out, a->dtype);
 }
 
 static void linear_bwd_data_cpu(void *buffers[], void *cl_arg)
@@ -195,7 +209,7 @@ static void linear_bwd_data_cpu(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	linear_bwd_data_check(buffers, a);
-	_dos_linear_bwd_data_cpu(F32(0), F32(1), F32(2), a->n, a->d, a->out, a->accumulate);
+	_dos_linear_bwd_data_cpu(ANY(0), ANY(1), ANY(2), a->n, a->d, a->out, a->accumulate, a->dtype);
 }
 
 static void linear_bwd_weight_cpu(void *buffers[], void *cl_arg)
@@ -203,7 +217,7 @@ static void linear_bwd_weight_cpu(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	linear_bwd_weight_check(buffers, a);
-	_dos_linear_bwd_weight_cpu(F32(0), F32(1), F32(2), a->n, a->d, a->out, a->accumulate);
+	_dos_linear_bwd_weight_cpu(ANY(0), ANY(1), F32(2), a->n, a->d, a->out, a->accumulate, a->dtype);
 }
 
 static void attention_fwd_cpu(void *buffers[], void *cl_arg)
@@ -211,7 +225,7 @@ static void attention_fwd_cpu(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	attention_fwd_check(buffers, a);
-	_dos_attention_fwd_cpu(F32(0), F32(1), F32(2), a->B, a->T, a->H, a->hd);
+	_dos_attention_fwd_cpu(ANY(0), ANY(1), ANY(2), a->B, a->T, a->H, a->hd, a->dtype);
 }
 
 static void attention_bwd_cpu(void *buffers[], void *cl_arg)
@@ -219,21 +233,23 @@ static void attention_bwd_cpu(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	attention_bwd_check(buffers, a);
-	_dos_attention_bwd_cpu(F32(0), F32(1), F32(2), F32(3), a->B, a->T, a->H, a->hd);
+	_dos_attention_bwd_cpu(ANY(0), ANY(1), ANY(2), ANY(3), a->B, a->T, a->H, a->hd, a->dtype);
 }
 
 static void gelu_fwd_cpu(void *buffers[], void *cl_arg)
 {
-	(void)cl_arg;
-	size_t count = gelu_fwd_check(buffers);
-	_dos_gelu_fwd_cpu(F32(0), F32(1), count);
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	size_t count = gelu_fwd_check(buffers, a);
+	_dos_gelu_fwd_cpu(ANY(0), ANY(1), count, a->dtype);
 }
 
 static void gelu_bwd_cpu(void *buffers[], void *cl_arg)
 {
-	(void)cl_arg;
-	size_t count = gelu_bwd_check(buffers);
-	_dos_gelu_bwd_cpu(F32(0), F32(1), F32(2), count);
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	size_t count = gelu_bwd_check(buffers, a);
+	_dos_gelu_bwd_cpu(ANY(0), ANY(1), ANY(2), count, a->dtype);
 }
 
 static void xent_cpu(void *buffers[], void *cl_arg)
@@ -241,7 +257,7 @@ static void xent_cpu(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	xent_check(buffers, a);
-	_dos_xent_cpu(F32(0), I32(1), F32(2), F32(3), a->n, a->V, a->grad_scale);
+	_dos_xent_cpu(ANY(0), I32(1), F32(2), ANY(3), a->n, a->V, a->grad_scale, a->dtype);
 }
 
 /* ---- CUDA (asynchronous on StarPU's stream; cuBLAS through StarPU's handle, which
@@ -252,8 +268,8 @@ static void embed_fwd_cuda(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	embed_fwd_check(buffers, a);
-	DOS_CUDA_CHECK(
-		_dos_embed_fwd_cuda(I32(0), F32(1), F32(2), F32(3), a->n, a->T, a->d, starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(_dos_embed_fwd_cuda(I32(0), ANY(1), ANY(2), ANY(3), a->n, a->T, a->d, a->dtype,
+					   starpu_cuda_get_local_stream()));
 }
 
 static void embed_bwd_cuda(void *buffers[], void *cl_arg)
@@ -261,8 +277,8 @@ static void embed_bwd_cuda(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	embed_bwd_check(buffers, a);
-	DOS_CUDA_CHECK(_dos_embed_bwd_cuda(I32(0), F32(1), F32(2), F32(3), a->n, a->T, a->d, a->V, a->accumulate,
-					   starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(_dos_embed_bwd_cuda(I32(0), ANY(1), F32(2), F32(3), a->n, a->T, a->d, a->V, a->accumulate,
+					   a->dtype, starpu_cuda_get_local_stream()));
 }
 
 static void rmsnorm_fwd_cuda(void *buffers[], void *cl_arg)
@@ -270,8 +286,8 @@ static void rmsnorm_fwd_cuda(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	rmsnorm_fwd_check(buffers, a);
-	DOS_CUDA_CHECK(
-		_dos_rmsnorm_fwd_cuda(F32(0), F32(1), F32(2), F32(3), a->n, a->d, starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(_dos_rmsnorm_fwd_cuda(ANY(0), ANY(1), ANY(2), F32(3), a->n, a->d, a->dtype,
+					     starpu_cuda_get_local_stream()));
 }
 
 static void rmsnorm_bwd_cuda(void *buffers[], void *cl_arg)
@@ -279,8 +295,8 @@ static void rmsnorm_bwd_cuda(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	rmsnorm_bwd_check(buffers, a);
-	DOS_CUDA_CHECK(_dos_rmsnorm_bwd_cuda(F32(0), F32(1), F32(2), F32(3), F32(4), F32(5), a->n, a->d, a->accumulate,
-					     a->accumulate2, starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(_dos_rmsnorm_bwd_cuda(ANY(0), ANY(1), F32(2), ANY(3), ANY(4), F32(5), a->n, a->d, a->accumulate,
+					     a->accumulate2, a->dtype, starpu_cuda_get_local_stream()));
 }
 
 static void linear_fwd_cuda(void *buffers[], void *cl_arg)
@@ -288,8 +304,8 @@ static void linear_fwd_cuda(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	int residual = linear_fwd_check(buffers, a);
-	DOS_CUBLAS_CHECK(_dos_linear_fwd_cuda(starpu_cublas_get_local_handle(), F32(0), F32(1),
-					      residual ? F32(3) : NULL, F32(2), a->n, a->d, a->out,
+	DOS_CUBLAS_CHECK(_dos_linear_fwd_cuda(starpu_cublas_get_local_handle(), ANY(0), ANY(1),
+					      residual ? ANY(3) : NULL, ANY(2), a->n, a->d, a->out, a->dtype,
 					      starpu_cuda_get_local_stream()));
 }
 
@@ -298,8 +314,8 @@ static void linear_bwd_data_cuda(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	linear_bwd_data_check(buffers, a);
-	DOS_CUBLAS_CHECK(_dos_linear_bwd_data_cuda(starpu_cublas_get_local_handle(), F32(0), F32(1), F32(2), a->n, a->d,
-						   a->out, a->accumulate));
+	DOS_CUBLAS_CHECK(_dos_linear_bwd_data_cuda(starpu_cublas_get_local_handle(), ANY(0), ANY(1), ANY(2), a->n, a->d,
+						   a->out, a->accumulate, a->dtype));
 }
 
 static void linear_bwd_weight_cuda(void *buffers[], void *cl_arg)
@@ -307,8 +323,8 @@ static void linear_bwd_weight_cuda(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	linear_bwd_weight_check(buffers, a);
-	DOS_CUBLAS_CHECK(_dos_linear_bwd_weight_cuda(starpu_cublas_get_local_handle(), F32(0), F32(1), F32(2), a->n,
-						     a->d, a->out, a->accumulate));
+	DOS_CUBLAS_CHECK(_dos_linear_bwd_weight_cuda(starpu_cublas_get_local_handle(), ANY(0), ANY(1), F32(2), a->n,
+						     a->d, a->out, a->accumulate, a->dtype));
 }
 
 static void attention_fwd_cuda(void *buffers[], void *cl_arg)
@@ -316,8 +332,8 @@ static void attention_fwd_cuda(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	attention_fwd_check(buffers, a);
-	DOS_CUDA_CHECK(_dos_attention_fwd_cuda(starpu_cublas_get_local_handle(), F32(0), F32(1), F32(2), a->B, a->T,
-					       a->H, a->hd, starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(_dos_attention_fwd_cuda(starpu_cublas_get_local_handle(), ANY(0), ANY(1), ANY(2), a->B, a->T,
+					       a->H, a->hd, a->dtype, starpu_cuda_get_local_stream()));
 }
 
 static void attention_bwd_cuda(void *buffers[], void *cl_arg)
@@ -325,22 +341,24 @@ static void attention_bwd_cuda(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	attention_bwd_check(buffers, a);
-	DOS_CUDA_CHECK(_dos_attention_bwd_cuda(starpu_cublas_get_local_handle(), F32(0), F32(1), F32(2), F32(3), a->B,
-					       a->T, a->H, a->hd, starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(_dos_attention_bwd_cuda(starpu_cublas_get_local_handle(), ANY(0), ANY(1), ANY(2), ANY(3), a->B,
+					       a->T, a->H, a->hd, a->dtype, starpu_cuda_get_local_stream()));
 }
 
 static void gelu_fwd_cuda(void *buffers[], void *cl_arg)
 {
-	(void)cl_arg;
-	size_t count = gelu_fwd_check(buffers);
-	DOS_CUDA_CHECK(_dos_gelu_fwd_cuda(F32(0), F32(1), count, starpu_cuda_get_local_stream()));
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	size_t count = gelu_fwd_check(buffers, a);
+	DOS_CUDA_CHECK(_dos_gelu_fwd_cuda(ANY(0), ANY(1), count, a->dtype, starpu_cuda_get_local_stream()));
 }
 
 static void gelu_bwd_cuda(void *buffers[], void *cl_arg)
 {
-	(void)cl_arg;
-	size_t count = gelu_bwd_check(buffers);
-	DOS_CUDA_CHECK(_dos_gelu_bwd_cuda(F32(0), F32(1), F32(2), count, starpu_cuda_get_local_stream()));
+	struct _dos_model_args args;
+	const struct _dos_model_args *a = model_args(cl_arg, &args);
+	size_t count = gelu_bwd_check(buffers, a);
+	DOS_CUDA_CHECK(_dos_gelu_bwd_cuda(ANY(0), ANY(1), ANY(2), count, a->dtype, starpu_cuda_get_local_stream()));
 }
 
 static void xent_cuda(void *buffers[], void *cl_arg)
@@ -348,7 +366,7 @@ static void xent_cuda(void *buffers[], void *cl_arg)
 	struct _dos_model_args args;
 	const struct _dos_model_args *a = model_args(cl_arg, &args);
 	xent_check(buffers, a);
-	DOS_CUDA_CHECK(_dos_xent_cuda(F32(0), I32(1), F32(2), F32(3), a->n, a->V, a->grad_scale,
+	DOS_CUDA_CHECK(_dos_xent_cuda(ANY(0), I32(1), F32(2), ANY(3), a->n, a->V, a->grad_scale, a->dtype,
 				      starpu_cuda_get_local_stream()));
 }
 #endif /* DOS_USE_CUDA */

@@ -9,6 +9,8 @@
 #include <starpu.h>
 #include <stdint.h>
 
+#include "dos.h"
+
 /* Sizes shared by every model codelet; each codelet reads the fields it needs. */
 struct _dos_model_args {
 	uint32_t n;       /* tokens in the micro-batch (B*T) */
@@ -20,6 +22,9 @@ struct _dos_model_args {
 	int accumulate;   /* backward: add to the output gradient instead of overwriting it */
 	int accumulate2;  /* rmsnorm backward: the same for dw (accumulate applies to dx) */
 	float grad_scale; /* cross-entropy: multiplier of dlogits */
+	/* the model's compute dtype (model_kernels.h): of the weights, activations and
+	 * activation gradients; weight gradients, rstd and losses are fp32 whatever it is */
+	enum dos_dtype dtype;
 };
 
 /* buffers: ids (int32, R), tok_emb (R), pos_emb (R), x (W) */

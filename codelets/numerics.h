@@ -92,7 +92,7 @@ DOS_HD uint16_t dos_float_to_fp16(float x)
 	return (uint16_t)(sign | q);
 }
 
-/* A gradient element widened to float (exact for every dtype). */
+/* An element widened to float (exact for every dtype). */
 DOS_HD float dos_load_elem(const void *base, size_t i, enum dos_dtype t)
 {
 	if (t == DOS_FP16)
@@ -111,6 +111,17 @@ DOS_HD void dos_store_elem(void *base, size_t i, enum dos_dtype t, float x)
 		((uint16_t *)base)[i] = dos_float_to_bf16(x);
 	else
 		((float *)base)[i] = x;
+}
+
+/* x rounded to the nearest value of dtype t (to nearest even; itself for fp32), kept in a
+ * float: what storing x as t and loading it back gives. */
+DOS_HD float dos_round_elem(float x, enum dos_dtype t)
+{
+	if (t == DOS_FP16)
+		return dos_fp16_to_float(dos_float_to_fp16(x));
+	if (t == DOS_BF16)
+		return dos_bf16_to_float(dos_float_to_bf16(x));
+	return x;
 }
 
 /* ---- Adam ---------------------------------------------------------------------------- */

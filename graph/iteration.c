@@ -43,6 +43,10 @@ int dos_optimizer_config_check(const struct dos_optimizer_config *c, uint64_t np
 				"converting between fp16 and bf16 would round twice",
 				dos_dtype_name(c->tensor_dtype), dos_dtype_name(c->weight_dtype),
 				dos_dtype_name(c->grad_dtype), dos_dtype_name(c->tensor_dtype));
+	if (c->tensor_grad_dtype != DOS_FP32 && c->tensor_grad_dtype != c->tensor_dtype)
+		return DOS_FAIL(-EINVAL, "tensor_grad_dtype = %d (%s) must be fp32 or the tensor dtype %s",
+				(int)c->tensor_grad_dtype, dos_dtype_name(c->tensor_grad_dtype),
+				dos_dtype_name(c->tensor_dtype));
 	/* a subgroup is one StarPU vector, whose length is 32-bit */
 	uint64_t max_subgroup = nparams < UINT32_MAX ? nparams : UINT32_MAX;
 	if (c->subgroup_size == 0 || c->subgroup_size > max_subgroup)
@@ -66,10 +70,10 @@ int dos_optimizer_config_check(const struct dos_optimizer_config *c, uint64_t np
 	return 0;
 }
 
-/* Each tensor's weight and gradient handle: a vector of numel[t] elements of
- * `elemsize` bytes (the tensor dtype's; the gathers and refreshes copy exactly that many). */
+/* Each tensor's weight and gradient handle: a vector of numel[t] elements of the tensor
+ * dtypes' sizes (the gathers and refreshes copy exactly that many). */
 static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu_data_handle_t *weights,
-				starpu_data_handle_t *grads, size_t elemsize)
+				starpu_data_handle_t *grads, size_t weight_elemsize, size_t grad_elemsize)
 {
 	for (uint32_t t = 0; t < ntensors; t++) {
 		starpu_data_handle_t *lists[] = {weights, grads};
@@ -78,7 +82,8 @@ static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu
 			char name[32];
 			uint32_t nx;
 			snprintf(name, sizeof name, "%s[%u]", list_names[l], t);
-			int err = _dos_check_vector("dos_optimizer_create", name, lists[l][t], elemsize, &nx);
+			int err = _dos_check_vector("dos_optimizer_create", name, lists[l][t],
+						    l ? grad_elemsize : weight_elemsize, &nx);
 			if (err)
 				return err;
 			if (nx != numel[t])
@@ -101,8 +106,9 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 	if (ntensors == 0)
 		return DOS_FAIL(-EINVAL, "ntensors = 0: the optimizer needs at least one tensor");
 	/* an unknown tensor dtype has size 0: dos_optimizer_config_check names it below */
-	if (dos_dtype_size(cfg->tensor_dtype) &&
-	    (err = check_tensor_handles(ntensors, numel, weights, grads, dos_dtype_size(cfg->tensor_dtype))))
+	if (dos_dtype_size(cfg->tensor_dtype) && dos_dtype_size(cfg->tensor_grad_dtype) &&
+	    (err = check_tensor_handles(ntensors, numel, weights, grads, dos_dtype_size(cfg->tensor_dtype),
+					dos_dtype_size(cfg->tensor_grad_dtype))))
 		return err;
 	uint64_t nparams = 0; /* no overflow: each count matched a 32-bit vector length */
 	for (uint32_t t = 0; t < ntensors; t++)
@@ -225,8 +231,8 @@ static void submit_gather(struct dos_optimizer *opt, uint32_t s)
 						    .len = p->len};
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, opt->cfg.tensor_dtype, count,
-					     pieces, count, opt->cfg.sched_ctx, &task);
+	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, opt->cfg.tensor_grad_dtype,
+					     count, pieces, count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;

@@ -7,8 +7,8 @@
  *            clipping or dynamic loss scaling is on (the barrier they need);
  *   update   per subgroup: dos_adam (placed by the scheduling policy), which also
  *            reports whether it wrote an inf or NaN into a flag read one step later;
- *   refresh  per tensor: its working weights from the updated subgroups (widened to
- *            fp32), which the next forward reads.
+ *   refresh  per tensor: its working weights from the updated subgroups (in the
+ *            tensors' dtype), which the next forward reads.
  *
  * Nothing else: with clipping and loss scaling off, an update starts as soon as its
  * subgroup's tensors have their final gradients, while backward still runs below it.
@@ -27,7 +27,8 @@
 struct dos_optimizer_config {
 	uint64_t subgroup_size;
 	/* DOS_FP32: the working weights are copies of the master weights; DOS_FP16/DOS_BF16:
-	 * the update also writes 16-bit weights, which the refresh widens for the model */
+	 * the update also writes 16-bit weights, which the refresh copies into 16-bit tensors
+	 * (a mixed-precision model) or widens into fp32 ones */
 	enum dos_dtype weight_dtype;
 	enum dos_dtype grad_dtype; /* the subgroup gradient's dtype (fp32, or = weight_dtype) */
 	struct dos_adam_hparams hp;
@@ -42,6 +43,12 @@ struct dos_optimizer_config {
 	 * the 16-bit weights, so it must equal weight_dtype and grad_dtype unless they are fp32
 	 * (a conversion between two 16-bit formats would round twice) */
 	enum dos_dtype tensor_dtype;
+	/* dtype of every tensor's gradient handle when it differs from tensor_dtype: mixed
+	 * precision keeps 16-bit weights (tensor_dtype) but fp32 gradients, which the
+	 * micro-batches accumulate into without rounding (Megatron's fp32 main_grad); the
+	 * gather narrows them to grad_dtype. DOS_FP32 (zero) or tensor_dtype; a 16-bit one
+	 * must equal grad_dtype unless that is fp32 */
+	enum dos_dtype tensor_grad_dtype;
 	/* data parallelism (data_parallel.h): this rank keeps the state of its own subgroups
 	 * only; zero: a single process */
 	struct dos_data_parallel dp;
@@ -93,10 +100,10 @@ struct dos_step_report {
 int dos_optimizer_config_check(const struct dos_optimizer_config *cfg, uint64_t nparams);
 
 /* Creates the optimizer over `ntensors` tensors (weights: vector handles of
- * cfg->tensor_dtype and numel[t] elements the refresh writes; grads: the same, written by
- * backward), with master weights initialised from `initial` (flat, fp32). Errors:
+ * cfg->tensor_dtype and numel[t] elements the refresh writes; grads: of
+ * cfg->tensor_grad_dtype, written by backward), with master weights initialised from `initial` (flat, fp32). Errors:
  * -EINVAL naming the bad argument or field (NULL, no tensors, empty tensors, handles that
- * are not vectors of cfg->tensor_dtype and numel[t] elements, a scheduling context that
+ * are not vectors of cfg->tensor_dtype (grads: tensor_grad_dtype) and numel[t] elements, a scheduling context that
  * does not exist, and dos_optimizer_config_check's), -ENOMEM naming what could not be allocated; *opt is left
  * untouched then. */
 int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_config *cfg, uint32_t ntensors,

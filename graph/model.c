@@ -5,6 +5,7 @@
  * the optimizer's updates of a layer can start as soon as its gradients are final). */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@
 #include "host_memory.h"
 #include "model.h"
 #include "model_codelets.h"
+#include "numerics.h"
 
 int dos_model_shape_check(const struct dos_model_shape *s)
 {
@@ -101,20 +103,49 @@ void dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, floa
 	}
 }
 
+/* The initial working weights: docs/model.md's values, in 16 bits rounded once from a
+ * transient fp32 copy. */
+static int init_weights(struct dos_model *m, uint64_t seed)
+{
+	if (m->dtype == DOS_FP32) {
+		dos_model_init_weights(&m->shape, seed, m->weights);
+		return 0;
+	}
+	float *flat = malloc(m->nparams * sizeof(float));
+	if (!flat)
+		return DOS_FAIL(-ENOMEM, "no memory for the %llu fp32 initial weights to round to %s",
+				(unsigned long long)m->nparams, dos_dtype_name(m->dtype));
+	dos_model_init_weights(&m->shape, seed, flat);
+	for (uint64_t i = 0; i < m->nparams; i++)
+		dos_store_elem(m->weights, i, m->dtype, flat[i]);
+	free(flat);
+	return 0;
+}
+
+uint64_t dos_model_activation_bytes(const struct dos_model_shape *s, uint32_t batch, enum dos_dtype dtype,
+				    int checkpoint_activations)
+{
+	uint64_t n = (uint64_t)batch * s->seq_len, d = s->hidden, F = s->ffn, V = s->vocab;
+	/* elements of the model dtype: what one layer's backward needs from its forward
+	 * (layer_activations, and x), the head's (hf, x_L, logits, dlogits) and backward's
+	 * transients (da, du, dh, datt, dqkv, dx) */
+	uint64_t layer = 8 * n * d + 2 * n * F + (uint64_t)batch * s->heads * s->seq_len * s->seq_len;
+	uint64_t saved = checkpoint_activations ? s->layers * n * d + layer : s->layers * layer;
+	uint64_t head = 2 * n * d + 2 * n * V;
+	uint64_t transients = 2 * n * F + 6 * n * d;
+	/* fp32 in every dtype: rstd1 and rstd2 per saved layer, rstdf and the losses */
+	uint64_t saved_rows = (checkpoint_activations ? 1 : s->layers) * 2 * n;
+	return dos_dtype_size(dtype) * (saved + head + transients) + 4 * (saved_rows + 2 * n);
+}
+
 uint64_t dos_model_gpu_bytes(const struct dos_model *m)
 {
-	const struct dos_model_shape *s = &m->shape;
-	uint64_t n = (uint64_t)m->batch * s->seq_len, d = s->hidden, F = s->ffn, V = s->vocab;
-	/* what one layer's backward needs from its forward (layer_activations, and x) */
-	uint64_t layer = 8 * n * d + 2 * n + 2 * n * F + (uint64_t)m->batch * s->heads * s->seq_len * s->seq_len;
-	uint64_t saved = m->checkpoint_activations ? s->layers * n * d + layer : s->layers * layer;
-	uint64_t head = 2 * n * d + 2 * n * V + 2 * n; /* hf, x_L, logits, dlogits, rstdf, loss */
-	uint64_t transients = 2 * n * F + 6 * n * d;   /* backward's da, du, dh, datt, dqkv, dx */
-	return 4 * (2 * m->nparams + saved + head + transients);
+	return (dos_dtype_size(m->dtype) + 4) * m->nparams +
+	       dos_model_activation_bytes(&m->shape, m->batch, m->dtype, m->checkpoint_activations);
 }
 
 int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
-		     int checkpoint_activations, unsigned sched_ctx)
+		     enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx)
 {
 	int err;
 	if (!out)
@@ -123,6 +154,8 @@ int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape,
 		return err;
 	if (batch == 0)
 		return DOS_FAIL(-EINVAL, "micro-batch = 0 sequences");
+	if (dtype != DOS_FP32 && dtype != DOS_FP16 && dtype != DOS_BF16)
+		return DOS_FAIL(-EINVAL, "model dtype = %d is not fp32, fp16 or bf16", (int)dtype);
 	/* the widest activations (logits, qkv, attention scores) are StarPU vectors too; in
 	 * double, since a product of four 32-bit sizes can wrap 64 bits */
 	double tokens = (double)batch * shape->seq_len;
@@ -139,6 +172,7 @@ int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape,
 	m->shape = *shape;
 	m->batch = batch;
 	m->checkpoint_activations = checkpoint_activations;
+	m->dtype = dtype;
 	m->sched_ctx = sched_ctx;
 	m->ntensors = DOS_T_LAYER0 + DOS_T_PER_LAYER * shape->layers + 2;
 	m->numel = calloc(m->ntensors, sizeof *m->numel);
@@ -149,17 +183,21 @@ int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape,
 		goto fail;
 	}
 	m->nparams = dos_model_param_count(shape, m->numel);
-	if ((err = dos_host_alloc((void **)&m->weights, m->nparams * sizeof(float), "the model's fp32 working weights",
-				  &m->weights_pinned)))
+	const size_t es = dos_dtype_size(dtype);
+	char what[64];
+	snprintf(what, sizeof what, "the model's %s working weights", dos_dtype_name(dtype));
+	if ((err = dos_host_alloc(&m->weights, m->nparams * es, what, &m->weights_pinned)))
 		goto fail;
-	if (DOS_VALUES_ARE_REAL)
-		dos_model_init_weights(shape, seed, m->weights);
+	if (DOS_VALUES_ARE_REAL && (err = init_weights(m, seed))) {
+		dos_host_free(m->weights, m->nparams * es, m->weights_pinned);
+		goto fail;
+	}
 	/* as in real training, forward and backward run on the GPU when there is one */
 	m->gpu_only = starpu_cuda_worker_get_count() > 0;
 	uint64_t offset = 0;
 	for (uint32_t t = 0; t < m->ntensors; t++) {
-		starpu_vector_data_register(&m->weight[t], STARPU_MAIN_RAM, (uintptr_t)(m->weights + offset),
-					    (uint32_t)m->numel[t], sizeof(float));
+		starpu_vector_data_register(&m->weight[t], STARPU_MAIN_RAM,
+					    (uintptr_t)((char *)m->weights + offset * es), (uint32_t)m->numel[t], es);
 		starpu_vector_data_register(&m->grad[t], -1, 0, (uint32_t)m->numel[t], sizeof(float));
 		offset += m->numel[t];
 	}
@@ -180,7 +218,7 @@ void dos_model_destroy(struct dos_model *m)
 		starpu_data_unregister(m->weight[t]);
 		starpu_data_unregister(m->grad[t]);
 	}
-	dos_host_free(m->weights, m->nparams * sizeof(float), m->weights_pinned);
+	dos_host_free(m->weights, m->nparams * dos_dtype_size(m->dtype), m->weights_pinned);
 	free(m->numel);
 	free(m->weight);
 	free(m->grad);
@@ -204,6 +242,7 @@ static void submit(struct dos_model *m, struct starpu_codelet *cl, const struct 
 	STARPU_ASSERT_MSG(task && copy, "out of memory submitting %s", cl->name);
 	STARPU_ASSERT(nbuffers <= STARPU_NMAXBUFS);
 	*copy = *args;
+	copy->dtype = m->dtype;
 	task->cl = cl;
 	task->cl_arg = copy;
 	task->cl_arg_size = sizeof *copy;
@@ -222,7 +261,17 @@ static void submit(struct dos_model *m, struct starpu_codelet *cl, const struct 
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", cl->name, err);
 }
 
-static starpu_data_handle_t activation(uint64_t count)
+/* An activation (or activation gradient) of `count` elements of the model dtype. */
+static starpu_data_handle_t activation(const struct dos_model *m, uint64_t count)
+{
+	starpu_data_handle_t h;
+	starpu_vector_data_register(&h, -1, 0, (uint32_t)count, dos_dtype_size(m->dtype));
+	return h;
+}
+
+/* Per-row statistics (RMSNorm's rstd) stay fp32 in every dtype: n values, and backward
+ * needs them exact. */
+static starpu_data_handle_t row_stats(uint64_t count)
 {
 	starpu_data_handle_t h;
 	starpu_vector_data_register(&h, -1, 0, (uint32_t)count, sizeof(float));
@@ -311,30 +360,30 @@ static starpu_data_handle_t layer_forward(struct dos_model *m, uint32_t l, starp
 {
 	const struct dos_model_shape *s = &m->shape;
 	uint32_t n = m->batch * s->seq_len, d = s->hidden, F = s->ffn;
-	act->h1 = activation((uint64_t)n * d);
-	act->rstd1 = activation(n);
+	act->h1 = activation(m, (uint64_t)n * d);
+	act->rstd1 = row_stats(n);
 	rmsnorm_fwd(m, x, layer_param(m, m->weight, l, DOS_T_LN1), act->h1, act->rstd1, n);
-	act->qkv = activation((uint64_t)n * 3 * d);
+	act->qkv = activation(m, (uint64_t)n * 3 * d);
 	linear_fwd(m, act->h1, layer_param(m, m->weight, l, DOS_T_QKV), NULL, act->qkv, n, d, 3 * d);
-	act->att = activation((uint64_t)n * d);
-	act->probs = activation((uint64_t)m->batch * s->heads * s->seq_len * s->seq_len);
+	act->att = activation(m, (uint64_t)n * d);
+	act->probs = activation(m, (uint64_t)m->batch * s->heads * s->seq_len * s->seq_len);
 	struct _dos_model_args aa = {.n = n, .B = m->batch, .T = s->seq_len, .H = s->heads, .hd = d / s->heads, .d = d};
 	struct buffer ab[] = {{act->qkv, STARPU_R}, {act->att, STARPU_W}, {act->probs, STARPU_W}};
 	submit(m, &_dos_attention_fwd_codelet, &aa, ab, 3);
-	act->xmid = activation((uint64_t)n * d);
+	act->xmid = activation(m, (uint64_t)n * d);
 	linear_fwd(m, act->att, layer_param(m, m->weight, l, DOS_T_O), x, act->xmid, n, d, d);
-	act->h2 = activation((uint64_t)n * d);
-	act->rstd2 = activation(n);
+	act->h2 = activation(m, (uint64_t)n * d);
+	act->rstd2 = row_stats(n);
 	rmsnorm_fwd(m, act->xmid, layer_param(m, m->weight, l, DOS_T_LN2), act->h2, act->rstd2, n);
-	act->u = activation((uint64_t)n * F);
+	act->u = activation(m, (uint64_t)n * F);
 	linear_fwd(m, act->h2, layer_param(m, m->weight, l, DOS_T_FC1), NULL, act->u, n, d, F);
-	act->a = activation((uint64_t)n * F);
+	act->a = activation(m, (uint64_t)n * F);
 	struct _dos_model_args ga = {.n = n * F};
 	struct buffer gb[] = {{act->u, STARPU_R}, {act->a, STARPU_W}};
 	submit(m, &_dos_gelu_fwd_codelet, &ga, gb, 2);
 	if (recompute)
 		return NULL;
-	starpu_data_handle_t x_out = activation((uint64_t)n * d);
+	starpu_data_handle_t x_out = activation(m, (uint64_t)n * d);
 	linear_fwd(m, act->a, layer_param(m, m->weight, l, DOS_T_FC2), act->xmid, x_out, n, F, d);
 	return x_out;
 }
@@ -345,24 +394,24 @@ static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t
 {
 	const struct dos_model_shape *s = &m->shape;
 	uint32_t n = m->batch * s->seq_len, d = s->hidden, F = s->ffn;
-	starpu_data_handle_t da = activation((uint64_t)n * F);
+	starpu_data_handle_t da = activation(m, (uint64_t)n * F);
 	linear_bwd(m, dx, layer_param(m, m->weight, l, DOS_T_FC2), act->a, da, 0, layer_param(m, m->grad, l, DOS_T_FC2),
 		   accumulate, n, F, d);
-	starpu_data_handle_t du = activation((uint64_t)n * F);
+	starpu_data_handle_t du = activation(m, (uint64_t)n * F);
 	struct _dos_model_args ga = {.n = n * F};
 	struct buffer gb[] = {{act->u, STARPU_R}, {da, STARPU_R}, {du, STARPU_W}};
 	submit(m, &_dos_gelu_bwd_codelet, &ga, gb, 3);
 	release(&da);
-	starpu_data_handle_t dh = activation((uint64_t)n * d);
+	starpu_data_handle_t dh = activation(m, (uint64_t)n * d);
 	linear_bwd(m, du, layer_param(m, m->weight, l, DOS_T_FC1), act->h2, dh, 0,
 		   layer_param(m, m->grad, l, DOS_T_FC1), accumulate, n, d, F);
 	release(&du);
 	rmsnorm_bwd(m, act->xmid, layer_param(m, m->weight, l, DOS_T_LN2), act->rstd2, dh, dx, 1,
 		    layer_param(m, m->grad, l, DOS_T_LN2), accumulate, n);
-	starpu_data_handle_t datt = activation((uint64_t)n * d);
+	starpu_data_handle_t datt = activation(m, (uint64_t)n * d);
 	linear_bwd(m, dx, layer_param(m, m->weight, l, DOS_T_O), act->att, datt, 0, layer_param(m, m->grad, l, DOS_T_O),
 		   accumulate, n, d, d);
-	starpu_data_handle_t dqkv = activation((uint64_t)n * 3 * d);
+	starpu_data_handle_t dqkv = activation(m, (uint64_t)n * 3 * d);
 	struct _dos_model_args aa = {.n = n, .B = m->batch, .T = s->seq_len, .H = s->heads, .hd = d / s->heads, .d = d};
 	struct buffer ab[] = {{act->qkv, STARPU_R}, {act->probs, STARPU_R}, {datt, STARPU_R}, {dqkv, STARPU_W}};
 	submit(m, &_dos_attention_bwd_codelet, &aa, ab, 4);
@@ -394,7 +443,7 @@ int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, s
 	starpu_data_handle_t x[L + 1];
 	struct layer_activations acts[L];
 	memset(acts, 0, sizeof acts);
-	x[0] = activation((uint64_t)n * d);
+	x[0] = activation(m, (uint64_t)n * d);
 	struct _dos_model_args ea = {.n = n, .T = s->seq_len, .d = d, .V = V};
 	struct buffer eb[] = {{ids, STARPU_R},
 			      {m->weight[DOS_T_TOK_EMB], STARPU_R},
@@ -406,9 +455,9 @@ int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, s
 		if (m->checkpoint_activations)
 			release_layer(&acts[l]);
 	}
-	starpu_data_handle_t hf = activation((uint64_t)n * d), rstdf = activation(n);
+	starpu_data_handle_t hf = activation(m, (uint64_t)n * d), rstdf = row_stats(n);
 	rmsnorm_fwd(m, x[L], m->weight[lnf], hf, rstdf, n);
-	starpu_data_handle_t logits = activation((uint64_t)n * V), dlogits = activation((uint64_t)n * V);
+	starpu_data_handle_t logits = activation(m, (uint64_t)n * V), dlogits = activation(m, (uint64_t)n * V);
 	linear_fwd(m, hf, m->weight[head], NULL, logits, n, d, V);
 	starpu_vector_data_register(loss, -1, 0, n, sizeof(float));
 	struct _dos_model_args xa = {.n = n, .V = V, .grad_scale = grad_scale};
@@ -419,7 +468,7 @@ int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, s
 
 	/* backward, last layer first: each layer's weight gradients are final (for this
 	 * micro-batch) as soon as its backward tasks end */
-	starpu_data_handle_t dhf = activation((uint64_t)n * d), dx = activation((uint64_t)n * d);
+	starpu_data_handle_t dhf = activation(m, (uint64_t)n * d), dx = activation(m, (uint64_t)n * d);
 	linear_bwd(m, dlogits, m->weight[head], hf, dhf, 0, m->grad[head], accumulate, n, d, V);
 	release(&dlogits);
 	rmsnorm_bwd(m, x[L], m->weight[lnf], rstdf, dhf, dx, 0, m->grad[lnf], accumulate, n);

@@ -1,5 +1,6 @@
 /* The example model of docs/model.md as StarPU tasks: parameters as per-tensor handles
- * over one flat fp32 array, and the forward and backward pass of one micro-batch
+ * over one flat array of the model's compute dtype (fp32, or fp16/bf16 for mixed
+ * precision), and the forward and backward pass of one micro-batch
  * submitted as a task graph (activations registered per micro-batch, released after their
  * last use, so GPU memory rises in forward and falls in backward). */
 #ifndef DOS_MODEL_H
@@ -7,6 +8,8 @@
 
 #include <starpu.h>
 #include <stdint.h>
+
+#include "dos.h"
 
 struct dos_model_shape {
 	uint32_t vocab, hidden, heads, ffn, layers, seq_len;
@@ -35,11 +38,15 @@ struct dos_model {
 	uint32_t batch;             /* sequences per micro-batch */
 	int checkpoint_activations; /* keep only layer inputs; recompute the rest in backward */
 	int gpu_only;               /* forward and backward tasks run on CUDA workers (there are some) */
+	/* the compute dtype: of the working weights, the activations and the activation
+	 * gradients; in fp16/bf16 the kernels compute in fp32 inside and round their outputs
+	 * once (codelets/model_kernels.h). Weight gradients are fp32 in every dtype. */
+	enum dos_dtype dtype;
 	unsigned sched_ctx;
 	uint32_t ntensors;
 	uint64_t *numel; /* [ntensors] */
 	uint64_t nparams;
-	float *weights;               /* flat working weights (fp32), home of the weight handles */
+	void *weights;                /* flat working weights (of dtype), home of the weight handles */
 	int weights_pinned;           /* how dos_host_alloc made them */
 	starpu_data_handle_t *weight; /* [ntensors] */
 	starpu_data_handle_t *grad;   /* [ntensors] fp32 gradients (no home) */
@@ -59,18 +66,24 @@ uint64_t dos_model_param_count(const struct dos_model_shape *shape, uint64_t *nu
 /* The initial weights of docs/model.md (bit-exact with the PyTorch reference). */
 void dos_model_init_weights(const struct dos_model_shape *shape, uint64_t seed, float *flat);
 
-/* After starpu_init: allocates and registers the parameters, initialised from `seed`.
- * Errors: those of dos_model_shape_check, -EINVAL for a NULL model, batch 0, activations
- * beyond a 32-bit vector, or a scheduling context that does not exist; -ENOMEM naming
- * what could not be allocated. *model is left untouched then. */
+/* After starpu_init: allocates and registers the parameters, initialised from `seed` (in
+ * 16 bits: those values rounded to nearest even, as the optimizer's weight refresh rounds
+ * its fp32 master weights). Errors: those of dos_model_shape_check, -EINVAL for a NULL
+ * model, batch 0, a dtype that is not fp32, fp16 or bf16, activations beyond a 32-bit
+ * vector, or a scheduling context that does not exist; -ENOMEM naming what could not be
+ * allocated. *model is left untouched then. */
 int dos_model_create(struct dos_model *model, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
-		     int checkpoint_activations, unsigned sched_ctx);
+		     enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx);
 /* Waits for the model's tasks, unregisters and frees (model->weights is up to date). */
 void dos_model_destroy(struct dos_model *model);
 
+/* The activations forward and backward of one micro-batch of `batch` sequences keep alive
+ * at once at their peak, in bytes (an upper bound from the shape): 16-bit activations in fp16/bf16, so
+ * about half of fp32's (the few fp32 ones: RMSNorm's rstd, the per-token losses). */
+uint64_t dos_model_activation_bytes(const struct dos_model_shape *shape, uint32_t batch, enum dos_dtype dtype,
+				    int checkpoint_activations);
 /* GPU memory forward and backward of one micro-batch keep at their peak: working weights
- * and gradients (fp32), and the activations alive at once (an upper bound from the
- * shape). */
+ * (of the model dtype), fp32 weight gradients and dos_model_activation_bytes. */
 uint64_t dos_model_gpu_bytes(const struct dos_model *model);
 
 /* Submits forward and backward of one micro-batch (ids and targets: int32 handles of

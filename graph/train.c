@@ -12,6 +12,7 @@
 #include "dos_policy.h"
 #include "errors.h"
 #include "host_memory.h"
+#include "numerics.h"
 #include "train.h"
 
 /* StarPU's clock: simulated time under SimGrid, real time otherwise. */
@@ -44,16 +45,20 @@ static double collect_loss(struct pending_step *p, uint32_t accumulation, uint32
 	return sum / ((double)tokens * accumulation);
 }
 
-/* Copies a flat array whose slices are the handles [first, end) (homed in it) into `to`,
- * after bringing every slice home. */
-static void copy_home(starpu_data_handle_t *h, uint32_t first, uint32_t end, const float *flat, float *to,
-		      uint64_t count)
+/* Copies a flat array of `dtype` whose slices are the handles [first, end) (homed in it)
+ * into `to`, widened to fp32 (exactly), after bringing every slice home. */
+static void copy_home(starpu_data_handle_t *h, uint32_t first, uint32_t end, const void *flat, enum dos_dtype dtype,
+		      float *to, uint64_t count)
 {
 	if (!to || !DOS_VALUES_ARE_REAL)
 		return;
 	for (uint32_t i = first; i < end; i++)
 		starpu_data_acquire(h[i], STARPU_R);
-	memcpy(to, flat, count * sizeof(float));
+	if (dtype == DOS_FP32)
+		memcpy(to, flat, count * sizeof(float));
+	else
+		for (uint64_t i = 0; i < count; i++)
+			to[i] = dos_load_elem(flat, i, dtype);
 	for (uint32_t i = first; i < end; i++)
 		starpu_data_release(h[i]);
 }
@@ -68,7 +73,8 @@ static void declare_gpu_memory(const struct dos_train_config *cfg, const struct 
 	if (starpu_cuda_worker_get_count() == 0 || !_dos_sched_ctx_is_ours(cfg->sched_ctx))
 		return;
 	double model_bytes = (double)dos_model_gpu_bytes(model);
-	double activations = model_bytes - 8.0 * (double)model->nparams;
+	double activations = (double)dos_model_activation_bytes(&model->shape, model->batch, model->dtype,
+								model->checkpoint_activations);
 	dos_sched_reserve_gpu_bytes(cfg->sched_ctx, model_bytes + (cfg->accumulation > 1 ? activations : 0) +
 							    dos_optimizer_gpu_copies_bytes(opt));
 }
@@ -283,8 +289,8 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		free(loss_slots);
 		return err;
 	}
-	if ((err = dos_model_create(&model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->checkpoint_activations,
-				    cfg->sched_ctx))) {
+	if ((err = dos_model_create(&model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->opt.weight_dtype,
+				    cfg->checkpoint_activations, cfg->sched_ctx))) {
 		dos_corpus_free(&corpus);
 		free(loss_slots);
 		return err;
@@ -294,8 +300,27 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	struct dos_optimizer_config oc = cfg->opt;
 	oc.sched_ctx = cfg->sched_ctx;
 	oc.dp = cfg->dp;
-	if ((err = dos_optimizer_create(&opt, &oc, model.ntensors, model.numel, model.weight, model.grad,
-					model.weights))) {
+	/* mixed precision: the model computes in the 16-bit weight dtype on 16-bit working
+	 * weights, which the refresh copies from the update's 16-bit weights; its gradients
+	 * stay fp32 (the micro-batches accumulate into them), narrowed by the gather */
+	oc.tensor_dtype = model.dtype;
+	oc.tensor_grad_dtype = DOS_FP32;
+	/* the master weights start from the exact fp32 initial values, which a 16-bit model
+	 * holds only rounded: generated once more here (never read under SimGrid) */
+	float *initial = model.dtype == DOS_FP32 ? model.weights : NULL;
+	if (!initial && DOS_VALUES_ARE_REAL) {
+		if (!(initial = malloc(model.nparams * sizeof(float))))
+			err = DOS_FAIL(-ENOMEM, "no memory for the %llu fp32 initial master weights",
+				       (unsigned long long)model.nparams);
+		else
+			dos_model_init_weights(&cfg->shape, cfg->seed, initial);
+	}
+	if (!err)
+		err = dos_optimizer_create(&opt, &oc, model.ntensors, model.numel, model.weight, model.grad,
+					   initial ? initial : (const float *)model.weights);
+	if (initial != model.weights)
+		free(initial);
+	if (err) {
 		dos_model_destroy(&model);
 		dos_corpus_free(&corpus);
 		free(loss_slots);
@@ -393,10 +418,10 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		out->state_len = opt.state_len;
 		uint32_t f = opt.own_first, e = opt.own_end;
 		uint64_t b = opt.state_begin, n = opt.state_len;
-		copy_home(opt.master_h, f, e, opt.master, out->master ? out->master + b : NULL, n);
-		copy_home(opt.m_h, f, e, opt.m, out->m ? out->m + b : NULL, n);
-		copy_home(opt.v_h, f, e, opt.v, out->v ? out->v + b : NULL, n);
-		copy_home(model.weight, 0, model.ntensors, model.weights, out->weights, params);
+		copy_home(opt.master_h, f, e, opt.master, DOS_FP32, out->master ? out->master + b : NULL, n);
+		copy_home(opt.m_h, f, e, opt.m, DOS_FP32, out->m ? out->m + b : NULL, n);
+		copy_home(opt.v_h, f, e, opt.v, DOS_FP32, out->v ? out->v + b : NULL, n);
+		copy_home(model.weight, 0, model.ntensors, model.weights, model.dtype, out->weights, params);
 	}
 	dos_optimizer_destroy(&opt);
 	dos_model_destroy(&model);

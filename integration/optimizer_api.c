@@ -422,6 +422,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 		.weight_dtype = cfg->weight_dtype,
 		.grad_dtype = cfg->grad_dtype,
 		.tensor_dtype = cfg->tensor_dtype,
+		.tensor_grad_dtype = cfg->tensor_dtype, /* an application's tensors: one dtype each */
 		.hp = cfg->hp,
 		.clip_norm = cfg->clip_norm,
 		.dynamic_loss_scale = cfg->dynamic_loss_scale,

@@ -62,15 +62,18 @@ static void shape_and_model(void)
 
 	struct dos_model model;
 	memset(&model, 0xa5, sizeof model);
-	expect(dos_model_create(NULL, &tiny, 1, 1, 0, 0), -EINVAL, "model is NULL");
-	expect(dos_model_create(&model, NULL, 1, 1, 0, 0), -EINVAL, "shape is NULL");
+	expect(dos_model_create(NULL, &tiny, 1, 1, DOS_FP32, 0, 0), -EINVAL, "model is NULL");
+	expect(dos_model_create(&model, NULL, 1, 1, DOS_FP32, 0, 0), -EINVAL, "shape is NULL");
 	s = tiny, s.vocab = 0;
-	expect(dos_model_create(&model, &s, 1, 1, 0, 0), -EINVAL, "model vocab = 0");
-	expect(dos_model_create(&model, &tiny, 0, 1, 0, 0), -EINVAL, "micro-batch = 0");
+	expect(dos_model_create(&model, &s, 1, 1, DOS_FP32, 0, 0), -EINVAL, "model vocab = 0");
+	expect(dos_model_create(&model, &tiny, 0, 1, DOS_FP32, 0, 0), -EINVAL, "micro-batch = 0");
 	/* 2^20 sequences of 16 tokens: 2^32 logits, one more than a StarPU vector holds */
-	expect(dos_model_create(&model, &tiny, 1u << 20, 1, 0, 0), -EINVAL,
+	expect(dos_model_create(&model, &tiny, 1u << 20, 1, DOS_BF16, 0, 0), -EINVAL,
 	       "micro-batch = 1048576 sequences of 16 tokens: activations of 4294967296 elements");
-	expect(dos_model_create(&model, &tiny, 1, 1, 0, 7), -EINVAL, "sched_ctx = 7 is not a scheduling context");
+	expect(dos_model_create(&model, &tiny, 1, 1, (enum dos_dtype)7, 0, 0), -EINVAL,
+	       "model dtype = 7 is not fp32, fp16 or bf16");
+	expect(dos_model_create(&model, &tiny, 1, 1, DOS_FP16, 0, 7), -EINVAL,
+	       "sched_ctx = 7 is not a scheduling context");
 	EXPECT_UNTOUCHED(model, 0xa5, "dos_model_create");
 }
 
@@ -138,6 +141,15 @@ static void optimizer(void)
 	expect(CREATE(&c), -EINVAL, "weight_dtype = 7");
 	c = good, c.weight_dtype = DOS_FP16, c.grad_dtype = DOS_BF16;
 	expect(CREATE(&c), -EINVAL, "grad_dtype = 2 (bf16) must be fp32 or the weight dtype fp16");
+	c = good, c.tensor_grad_dtype = (enum dos_dtype)7;
+	expect(CREATE(&c), -EINVAL, "tensor_grad_dtype = 7 (invalid) must be fp32 or the tensor dtype fp32");
+	/* mixed precision's 16-bit weights with fp32 gradients pass; 16-bit gradients of
+	 * another 16-bit format than the weights' do not */
+	c = good, c.tensor_dtype = c.weight_dtype = c.grad_dtype = DOS_BF16;
+	CHECK(dos_optimizer_config_check(&c, T0 + T1) == 0, "bf16 tensors, fp32 gradients: %s", dos_last_error());
+	c.tensor_grad_dtype = DOS_FP16;
+	expect(dos_optimizer_config_check(&c, T0 + T1), -EINVAL,
+	       "tensor_grad_dtype = 1 (fp16) must be fp32 or the tensor dtype bf16");
 	c = good, c.hp.lr = -1e-3;
 	expect(CREATE(&c), -EINVAL, "hp->lr = -0.001");
 	c = good, c.hp.beta1 = 1.0;

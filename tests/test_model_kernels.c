@@ -286,7 +286,7 @@ static void test_embedding(void)
 	float *tok = random_floats(V * d, 0, 1), *pos = random_floats(T * d, 0, 1), *x = nan_floats(n * d);
 	double *tok_d = to_double(tok, V * d), *pos_d = to_double(pos, T * d), *x_d = test_malloc(n * d * 8);
 
-	_dos_embed_fwd_cpu(ids, tok, pos, x, n, T, d);
+	_dos_embed_fwd_cpu(ids, tok, pos, x, n, T, d, DOS_FP32);
 	ref_embed(ids, tok_d, pos_d, x_d, n, T, d);
 	check_close("embed_fwd x", x, x_d, n * d, FWD_TOL);
 
@@ -296,14 +296,14 @@ static void test_embedding(void)
 	double *gtok = fd_gradient(obj_embed, &p, tok_d, V * d), *gpos = fd_gradient(obj_embed, &p, pos_d, T * d);
 
 	float *dtok = nan_floats(V * d), *dpos = nan_floats(T * d);
-	_dos_embed_bwd_cpu(ids, R, dtok, dpos, n, T, d, V, 0);
+	_dos_embed_bwd_cpu(ids, R, dtok, dpos, n, T, d, V, 0, DOS_FP32);
 	check_close("embed_bwd dtok", dtok, gtok, V * d, GRAD_TOL);
 	check_close("embed_bwd dpos", dpos, gpos, T * d, GRAD_TOL);
 
 	/* accumulate = 1: each token's row added in turn, in token order, to the prior content */
 	float *ptok = random_floats(V * d, 0, 1), *ppos = random_floats(T * d, 0, 1);
 	float *atok = copy_floats(ptok, V * d), *apos = copy_floats(ppos, T * d);
-	_dos_embed_bwd_cpu(ids, R, atok, apos, n, T, d, V, 1);
+	_dos_embed_bwd_cpu(ids, R, atok, apos, n, T, d, V, 1, DOS_FP32);
 	for (size_t i = 0; i < n; i++)
 		for (size_t j = 0; j < d; j++) {
 			ptok[(size_t)ids[i] * d + j] += R[i * d + j];
@@ -325,7 +325,7 @@ static void test_rmsnorm(void)
 	double *x_d = to_double(x, n * d), *w_d = to_double(w, d), *y_d = test_malloc(n * d * 8),
 	       *rstd_d = test_malloc(n * 8);
 
-	_dos_rmsnorm_fwd_cpu(x, w, y, rstd, n, d);
+	_dos_rmsnorm_fwd_cpu(x, w, y, rstd, n, d, DOS_FP32);
 	ref_rmsnorm(x_d, w_d, y_d, rstd_d, n, d);
 	check_close("rmsnorm_fwd y", y, y_d, n * d, FWD_TOL);
 	check_close("rmsnorm_fwd rstd", rstd, rstd_d, n, FWD_TOL);
@@ -336,7 +336,7 @@ static void test_rmsnorm(void)
 	double *gx = fd_gradient(obj_rmsnorm, &p, x_d, n * d), *gw = fd_gradient(obj_rmsnorm, &p, w_d, d);
 
 	float *dx = nan_floats(n * d), *dw = nan_floats(d);
-	_dos_rmsnorm_bwd_cpu(x, w, rstd, R, dx, dw, n, d, 0, 0);
+	_dos_rmsnorm_bwd_cpu(x, w, rstd, R, dx, dw, n, d, 0, 0, DOS_FP32);
 	check_close("rmsnorm_bwd dx", dx, gx, n * d, GRAD_TOL);
 	check_close("rmsnorm_bwd dw", dw, gw, d, GRAD_TOL);
 
@@ -347,7 +347,7 @@ static void test_rmsnorm(void)
 		for (int acc_dw = 0; acc_dw <= 1; acc_dw++) {
 			float *adx = acc_dx ? copy_floats(pdx, n * d) : nan_floats(n * d);
 			float *adw = acc_dw ? copy_floats(pdw, d) : nan_floats(d);
-			_dos_rmsnorm_bwd_cpu(x, w, rstd, R, adx, adw, n, d, acc_dx, acc_dw);
+			_dos_rmsnorm_bwd_cpu(x, w, rstd, R, adx, adw, n, d, acc_dx, acc_dw, DOS_FP32);
 			if (acc_dx) {
 				float *want = test_malloc(n * d * sizeof(float));
 				for (size_t i = 0; i < n * d; i++)
@@ -378,10 +378,10 @@ static void test_linear(void)
 	       *y_d = test_malloc(n * out_f * 8);
 	float *y = nan_floats(n * out_f);
 
-	_dos_linear_fwd_cpu(x, w, NULL, y, n, in, out_f);
+	_dos_linear_fwd_cpu(x, w, NULL, y, n, in, out_f, DOS_FP32);
 	ref_linear(x_d, w_d, NULL, y_d, n, in, out_f);
 	check_close("linear_fwd y", y, y_d, n * out_f, FWD_TOL);
-	_dos_linear_fwd_cpu(x, w, res, y, n, in, out_f);
+	_dos_linear_fwd_cpu(x, w, res, y, n, in, out_f, DOS_FP32);
 	ref_linear(x_d, w_d, res_d, y_d, n, in, out_f);
 	check_close("linear_fwd y with residual", y, y_d, n * out_f, FWD_TOL);
 
@@ -391,15 +391,15 @@ static void test_linear(void)
 	double *gx = fd_gradient(obj_linear, &p, x_d, n * in), *gw = fd_gradient(obj_linear, &p, w_d, out_f * in);
 
 	float *dx = nan_floats(n * in), *dw = nan_floats(out_f * in);
-	_dos_linear_bwd_data_cpu(R, w, dx, n, in, out_f, 0);
-	_dos_linear_bwd_weight_cpu(R, x, dw, n, in, out_f, 0);
+	_dos_linear_bwd_data_cpu(R, w, dx, n, in, out_f, 0, DOS_FP32);
+	_dos_linear_bwd_weight_cpu(R, x, dw, n, in, out_f, 0, DOS_FP32);
 	check_close("linear_bwd_data dx", dx, gx, n * in, GRAD_TOL);
 	check_close("linear_bwd_weight dw", dw, gw, out_f * in, GRAD_TOL);
 
 	float *pdx = random_floats(n * in, 0, 1), *pdw = random_floats(out_f * in, 0, 1);
 	float *adx = copy_floats(pdx, n * in), *adw = copy_floats(pdw, out_f * in);
-	_dos_linear_bwd_data_cpu(R, w, adx, n, in, out_f, 1);
-	_dos_linear_bwd_weight_cpu(R, x, adw, n, in, out_f, 1);
+	_dos_linear_bwd_data_cpu(R, w, adx, n, in, out_f, 1, DOS_FP32);
+	_dos_linear_bwd_weight_cpu(R, x, adw, n, in, out_f, 1, DOS_FP32);
 	check_accumulated("linear_bwd_data accumulated dx", adx, pdx, dx, n * in);
 	check_accumulated("linear_bwd_weight accumulated dw", adw, pdw, dw, out_f * in);
 	printf("linear: forward (with and without residual), gradients, accumulation ok\n");
@@ -414,7 +414,7 @@ static void test_attention(size_t B, size_t T, size_t H, size_t hd)
 	float *qkv = random_floats(n * 3 * d, 0, 1), *out = nan_floats(n * d), *probs = nan_floats(np);
 	double *qkv_d = to_double(qkv, n * 3 * d), *out_d = test_malloc(n * d * 8), *probs_d = test_malloc(np * 8);
 
-	_dos_attention_fwd_cpu(qkv, out, probs, B, T, H, hd);
+	_dos_attention_fwd_cpu(qkv, out, probs, B, T, H, hd, DOS_FP32);
 	ref_attention(qkv_d, out_d, probs_d, B, T, H, hd);
 	check_close("attention_fwd out", out, out_d, n * d, FWD_TOL);
 	check_close("attention_fwd probs", probs, probs_d, np, FWD_TOL);
@@ -436,7 +436,7 @@ static void test_attention(size_t B, size_t T, size_t H, size_t hd)
 	struct problem p = {.in0 = qkv_d, .R = R_d, .out = scratch, .B = B, .T = T, .H = H, .hd = hd};
 	double *g = fd_gradient(obj_attention, &p, qkv_d, n * 3 * d);
 	float *dqkv = nan_floats(n * 3 * d);
-	_dos_attention_bwd_cpu(qkv, probs, R, dqkv, B, T, H, hd);
+	_dos_attention_bwd_cpu(qkv, probs, R, dqkv, B, T, H, hd, DOS_FP32);
 	check_close("attention_bwd dqkv", dqkv, g, n * 3 * d, GRAD_TOL);
 	printf("attention B=%zu T=%zu H=%zu hd=%zu: forward, probs, gradient ok\n", B, T, H, hd);
 
@@ -450,7 +450,7 @@ static void test_gelu(void)
 	float *x = random_floats(count, 0, 2), *y = nan_floats(count);
 	x[0] = 0.0f, x[1] = -6.0f, x[2] = 6.0f, x[3] = -0.5f;
 	double *x_d = to_double(x, count), *y_d = test_malloc(count * 8);
-	_dos_gelu_fwd_cpu(x, y, count);
+	_dos_gelu_fwd_cpu(x, y, count, DOS_FP32);
 	ref_gelu(x_d, y_d, count);
 	check_close("gelu_fwd y", y, y_d, count, FWD_TOL);
 
@@ -459,7 +459,7 @@ static void test_gelu(void)
 	struct problem p = {.in0 = x_d, .R = R_d, .out = out, .count = count};
 	double *g = fd_gradient(obj_gelu, &p, x_d, count);
 	float *dx = nan_floats(count);
-	_dos_gelu_bwd_cpu(x, R, dx, count);
+	_dos_gelu_bwd_cpu(x, R, dx, count, DOS_FP32);
 	check_close("gelu_bwd dx", dx, g, count, GRAD_TOL);
 	printf("gelu: forward, gradient ok\n");
 
@@ -475,7 +475,7 @@ static void test_xent(void)
 	int32_t *targets = random_ids(n, V);
 	double *logits_d = to_double(logits, n * V), *loss_d = test_malloc(n * 8);
 
-	_dos_xent_cpu(logits, targets, loss, dl, n, V, grad_scale);
+	_dos_xent_cpu(logits, targets, loss, dl, n, V, grad_scale, DOS_FP32);
 	ref_xent(logits_d, targets, loss_d, n, V);
 	check_close("xent loss", loss, loss_d, n, FWD_TOL);
 
@@ -540,19 +540,19 @@ static void test_codelets(void)
 	float *t_att = nan_floats(n * d), *t_probs = nan_floats(np), *t_dqkv = nan_floats(n * 3 * d);
 	float *t_g = nan_floats(n * F), *t_dg = nan_floats(n * F), *t_loss = nan_floats(n), *t_dl = nan_floats(n * V);
 
-	_dos_embed_fwd_cpu(ids, tok, pos, e_x, n, T, d);
-	_dos_embed_bwd_cpu(ids, dy, e_dtok, e_dpos, n, T, d, V, 1);
-	_dos_rmsnorm_fwd_cpu(x, w, e_y, e_rstd, n, d);
-	_dos_rmsnorm_bwd_cpu(x, w, e_rstd, dy, e_dx, e_dw, n, d, 1, 0);
-	_dos_linear_fwd_cpu(x, wl, NULL, e_yl, n, d, F);
-	_dos_linear_fwd_cpu(x, wl, res, e_ylr, n, d, F);
-	_dos_linear_bwd_data_cpu(dyl, wl, e_dxl, n, d, F, 0);
-	_dos_linear_bwd_weight_cpu(dyl, x, e_dwl, n, d, F, 1);
-	_dos_attention_fwd_cpu(qkv, e_att, e_probs, NB, T, NH, HD);
-	_dos_attention_bwd_cpu(qkv, e_probs, dy, e_dqkv, NB, T, NH, HD);
-	_dos_gelu_fwd_cpu(res, e_g, n * F);
-	_dos_gelu_bwd_cpu(res, dyl, e_dg, n * F);
-	_dos_xent_cpu(logits, targets, e_loss, e_dl, n, V, 0.25f);
+	_dos_embed_fwd_cpu(ids, tok, pos, e_x, n, T, d, DOS_FP32);
+	_dos_embed_bwd_cpu(ids, dy, e_dtok, e_dpos, n, T, d, V, 1, DOS_FP32);
+	_dos_rmsnorm_fwd_cpu(x, w, e_y, e_rstd, n, d, DOS_FP32);
+	_dos_rmsnorm_bwd_cpu(x, w, e_rstd, dy, e_dx, e_dw, n, d, 1, 0, DOS_FP32);
+	_dos_linear_fwd_cpu(x, wl, NULL, e_yl, n, d, F, DOS_FP32);
+	_dos_linear_fwd_cpu(x, wl, res, e_ylr, n, d, F, DOS_FP32);
+	_dos_linear_bwd_data_cpu(dyl, wl, e_dxl, n, d, F, 0, DOS_FP32);
+	_dos_linear_bwd_weight_cpu(dyl, x, e_dwl, n, d, F, 1, DOS_FP32);
+	_dos_attention_fwd_cpu(qkv, e_att, e_probs, NB, T, NH, HD, DOS_FP32);
+	_dos_attention_bwd_cpu(qkv, e_probs, dy, e_dqkv, NB, T, NH, HD, DOS_FP32);
+	_dos_gelu_fwd_cpu(res, e_g, n * F, DOS_FP32);
+	_dos_gelu_bwd_cpu(res, dyl, e_dg, n * F, DOS_FP32);
+	_dos_xent_cpu(logits, targets, e_loss, e_dl, n, V, 0.25f, DOS_FP32);
 
 	struct _dos_model_args a = {.n = NTOK, .B = NB, .T = NT, .H = NH, .hd = HD, .d = DM, .out = NF, .V = NV};
 	struct _dos_model_args acc = a, acc_dx = a, xent = a;

@@ -518,6 +518,11 @@ int main(int argc, char **argv)
 	printf("dos-train: %llu steps of %u x %u sequences%s, %s, policy %s, %u CPU + %u CUDA workers, data %s\n",
 	       (unsigned long long)cfg.steps, cfg.accumulation * ranks, cfg.micro_batch,
 	       ranks > 1 ? " (the global batch)" : "", precision, effective, ncpu, ncuda, cfg.data_path);
+	/* what mixed precision saves: 16-bit activations are half of fp32's */
+	uint64_t act_bytes = dos_model_activation_bytes(&cfg.shape, cfg.micro_batch, cfg.opt.weight_dtype,
+							cfg.checkpoint_activations);
+	printf("dos-train: model computes in %s: activations %llu bytes (%.1f MiB) per micro-batch at their peak\n",
+	       dos_dtype_name(cfg.opt.weight_dtype), (unsigned long long)act_bytes, act_bytes / 1048576.0);
 	fflush(stdout);
 
 	err = dos_train_run(&cfg, &out);

@@ -113,7 +113,7 @@ prepare_options() {
 	"$cc" "${sanitize[@]}" -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 		-Wno-unused-parameter -Werror "${includes[@]}" \
 		"$top/tests/fuzz/fuzz_options.c" "$top/tools/train_options.c" "$top/graph/model.c" \
-		"$top/integration/errors.c" -lm -o "$bin.new"
+		"$top/integration/errors.c" "$top/codelets/dtype.c" -lm -o "$bin.new"
 	mv "$bin.new" "$bin"
 
 	# Seeds: the command lines of tests/test_train.sh (runs and refusals) and a few more

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Valgrind memcheck of the CPU path: the model kernels and codelets under StarPU, the
-# checkpoint reader and writer, and a short dos-train run (forward, backward, the
-# optimizer step, checkpoint and resume), with StarPU's own suppression files (they cover
+# checkpoint reader and writer, and short dos-train runs (forward, backward, the
+# optimizer step, checkpoint and resume; and the model in bf16), with StarPU's own suppression files (they cover
 # a small hwloc allocation StarPU keeps for the whole process). Any error fails.
 #
 # Usage: tools/valgrind-check.sh BUILD_DIR
@@ -36,5 +36,8 @@ run() { # NAME PROGRAM ARGS...
 }
 run test_checkpoint "$build/tests/.libs/test_checkpoint"
 run test_model_kernels "$build/tests/.libs/test_model_kernels"
+run test_model_kernels16 "$build/tests/.libs/test_model_kernels16"
 run dos-train "$build/.libs/dos-train" --preset tiny --steps 4 --quiet --checkpoint-dir "$work/ck"
 run dos-train-resume "$build/.libs/dos-train" --preset tiny --steps 6 --quiet --checkpoint-dir "$work/ck" --resume
+# the 16-bit model path (scratch widening around every product)
+run dos-train-bf16 "$build/.libs/dos-train" --preset tiny --steps 3 --quiet --precision bf16
