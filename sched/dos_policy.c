@@ -288,6 +288,18 @@ static int on_gpu(starpu_data_handle_t h, int gpu)
 	return gpu >= 0 && starpu_data_is_on_node(h, starpu_worker_get_memory_node((unsigned)gpu));
 }
 
+/* Whether the whole state of an update (master weights, m and v) is on the GPU: the
+ * master alone is not enough, as a model that computes in fp32 reads the master weights
+ * on the GPU in forward while m and v stay home (then 8 of the 12 bytes per parameter
+ * still have to cross the link). */
+static int state_on_gpu(struct starpu_task *update, int gpu)
+{
+	for (int b = 0; b < 3; b++)
+		if (!on_gpu(STARPU_TASK_GET_HANDLE(update, b), gpu))
+			return 0;
+	return 1;
+}
+
 static int home_is_gpu(starpu_data_handle_t h)
 {
 	int home = starpu_data_get_home_node(h);
@@ -442,7 +454,7 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	for (int i = 0; i < s->n; i++) {
 		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], 0);
 		sg[i].params = (double)starpu_vector_get_nx(master);
-		sg[i].resident_now = on_gpu(master, gpu);
+		sg[i].resident_now = state_on_gpu(s->tasks[i], gpu);
 	}
 	if (gpu < 0 || p->rule == RULE_ALL_CPU)
 		_dos_plan_all_cpu(s->n, place);
