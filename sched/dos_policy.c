@@ -308,8 +308,10 @@ static void submit_hook(struct starpu_task *task)
 	}
 	s->tasks[s->n++] = task;
 	task->sched_data = NULL;
-	/* the update's gradient and 16-bit weights are planned for as the optimizer's (homed
-	 * on the GPU, or staged with the state): not the application's memory */
+	/* every buffer of an update (state, gradient, 16-bit weights) is planned for as the
+	 * optimizer's (resident or staged state, inputs homed on the GPU): not the
+	 * application's memory, even where its tasks use it too (an fp32 model's refresh
+	 * reads the master weights) */
 	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
 		_dos_app_memory_exclude(&p->app_memory, STARPU_TASK_GET_HANDLE(task, b));
 	unlock_plan(p);
