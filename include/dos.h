@@ -196,6 +196,12 @@ struct dos_sched_stats {
 	double last_bound_seconds;     /* the best achievable update phase (bound.c) */
 	double gpu_budget_bytes;       /* GPU memory the last plan allowed itself */
 	int calibrated;                /* the last plan had measured update times */
+	/* the last plan's forecast of the application's own GPU memory over the iteration,
+	 * and whether the measure of the previous iteration set it (1: it exceeded the
+	 * declaration) or the declaration (0) */
+	double app_forecast_bytes;
+	int app_forecast_learned;
+	double evicted_state_bytes; /* state planned resident that StarPU evicted, over the run */
 };
 
 /* The best achievable update-phase time, in seconds, of one optimizer step over
@@ -234,9 +240,11 @@ int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);
  * iteration (weights, gradients and the peak of activations: what forward and backward
  * will need), which the dos plan then leaves free for them; it replaces the previous
  * declaration, and DOS_GPU_RESERVE_MIB adds to it. The training graph (graph/train.c)
- * declares its own from the model's shape. Errors: -EINVAL for a negative or non-finite
- * `bytes`, StarPU not running, or a context that does not exist or is not run by one of
- * our policies. */
+ * declares its own from the model's shape. The declaration is a floor: the policy also
+ * measures what the application's GPU tasks in `sched_ctx` keep live over each
+ * iteration and plans with the larger of the two (DOS_GPU_FORECAST=declared: the
+ * declaration alone; DOS_GPU_DECLARED_MIB replaces the declaration; docs/policy.md). Errors: -EINVAL for a negative or
+ * non-finite `bytes`, StarPU not running, or a context that does not exist or is not run by one of our policies. */
 int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes);
 
 /* ---- Embedding the optimizer in a StarPU application ----------------------------------

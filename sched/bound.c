@@ -97,16 +97,19 @@ double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_pl
 	}
 	if (total <= 0)
 		return 0.0;
-	if (!isfinite(m->gpu_seconds_per_param) || m->gpu_budget_bytes <= 0)
+	if (!isfinite(m->gpu_seconds_per_param) || dos_staging_room_bytes(m, 0.0) <= 0)
 		return best_for_resident(m, total, 0.0, 0);
 	/* Either the whole budget holds resident state, or two staging slots of the biggest
-	 * subgroup stay free for state in transit (as the planner keeps them): the better. */
-	double only_resident = best_resident_split(m, total, m->gpu_budget_bytes, 0, resident_params);
+	 * subgroup stay free for state in transit (as the planner keeps them; during the
+	 * update window they may also use the room the application leaves then): the
+	 * better. */
+	double only_resident = best_resident_split(m, total, fmax(0.0, m->gpu_budget_bytes), 0, resident_params);
 	double slots = 2 * biggest * dos_staging_bytes_per_param(m);
-	if (m->gpu_budget_bytes < slots)
+	if (dos_staging_room_bytes(m, 0.0) < slots)
 		return only_resident;
 	double pr;
-	double with_staging = best_resident_split(m, total, m->gpu_budget_bytes - slots, 1, &pr);
+	double with_staging = best_resident_split(
+		m, total, fmax(0.0, fmin(m->gpu_budget_bytes, dos_staging_room_bytes(m, slots))), 1, &pr);
 	if (with_staging < only_resident) {
 		*resident_params = pr;
 		return with_staging;

@@ -27,11 +27,27 @@ struct dos_machine_costs {
 	/* CPU Adam slows down while DMA shares host memory bandwidth: CPU times are
 	 * multiplied by this factor (>= 1) */
 	double host_contention;
-	/* GPU memory the optimizer's state may occupy, after the forecast of what forward
-	 * and backward need */
+	/* GPU memory the optimizer's state may occupy throughout the iteration (resident
+	 * state), after the forecast of what forward and backward need */
 	double gpu_budget_bytes;
+	/* further room during the update window only, where the application needs less
+	 * (learned: its peak over the iteration minus its peak in the window): for state
+	 * staged for its update and written back within the window */
+	double gpu_update_extra_bytes;
+	/* The rest of the iteration, as the plan sees it. The GPU's application work queued
+	 * ahead of the updates (the end of backward): the GPU is not free before it ends. */
+	double gpu_busy_ahead_seconds;
+	/* State that may move to the GPU between two update phases, on the link left idle
+	 * while the GPU runs the application (learned from the last iteration; 0: none). */
+	double promote_bytes;
 	struct dos_data_homes homes;
 };
+
+/* GPU memory left for staging state beside `resident_bytes` of resident state. */
+static inline double dos_staging_room_bytes(const struct dos_machine_costs *m, double resident_bytes)
+{
+	return m->gpu_budget_bytes + (m->gpu_update_extra_bytes > 0 ? m->gpu_update_extra_bytes : 0.0) - resident_bytes;
+}
 
 /* GPU bytes per parameter of a subgroup while it is updated on the GPU: its state plus
  * the GPU copies of a host-homed gradient and 16-bit weights (dropped afterwards). */

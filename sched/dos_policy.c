@@ -34,6 +34,7 @@
 #include <starpu.h>
 #include <starpu_scheduler.h>
 
+#include "app_memory.h"
 #include "codelet_util.h"
 #include "codelets.h"
 #include "dos.h"
@@ -58,6 +59,7 @@ struct prefetch_request {
 	starpu_data_handle_t handle;
 	unsigned node;
 	int prio;
+	int idle; /* only when the link has nothing else to do */
 };
 
 struct deferred_prefetches {
@@ -99,11 +101,20 @@ struct policy {
 	uint32_t generation;                 /* of the current plan (and windows) */
 	struct deferred_prefetches deferred; /* decided under the plan lock, issued after */
 	int said_no_gpu_room;                /* the no-GPU-room warning is printed once */
+	int verbose;                         /* DOS_SCHED_VERBOSE: 1 a summary, 2 also each plan */
 	int gpu_node;
-	/* the application's GPU tasks: bytes of their data in flight now, and the peak */
-	double app_inflight_bytes, app_peak_bytes;
-	double declared_reserve_bytes; /* DOS_GPU_RESERVE_MIB */
-	double app_reserve_bytes;      /* dos_sched_reserve_gpu_bytes */
+	/* the application's GPU memory: learned from its GPU tasks over the last iteration,
+	 * declared by it (the prior, and the floor when it runs tasks we do not see), and
+	 * extra headroom asked for by the user */
+	struct dos_app_memory app_memory;
+	double app_reserve_bytes;       /* dos_sched_reserve_gpu_bytes */
+	double declared_reserve_bytes;  /* DOS_GPU_RESERVE_MIB */
+	int forecast_declared_only;     /* DOS_GPU_FORECAST=declared */
+	double declared_override_bytes; /* DOS_GPU_DECLARED_MIB in place of the declaration; -1: none */
+	/* what StarPU evicted of the state planned resident: added to the forecast */
+	double eviction_margin_bytes;
+	enum dos_placement *last_place; /* the last plan, to see what was evicted since */
+	int last_n;
 	/* CPU-planned updates: one pool any CPU worker of the context takes from, as
 	 * DeepSpeed's CPU Adam takes the next subgroup (cheaper than predicting which of
 	 * several cores sharing memory bandwidth finishes first) */
@@ -172,6 +183,20 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 	p->stride_k = (int)env_double("DOS_STRIDE_K", 2, 1, 1e6);
 	p->resident_ratio = env_double("DOS_RESIDENT_RATIO", 0.5, 0, 1);
 	p->declared_reserve_bytes = env_double("DOS_GPU_RESERVE_MIB", 0, 0, 1e9) * 1048576.0;
+	p->gpu_node = -1; /* until add_workers */
+	p->verbose = (int)env_double("DOS_SCHED_VERBOSE", 0, 0, 9);
+	p->declared_override_bytes =
+		getenv("DOS_GPU_DECLARED_MIB") ? env_double("DOS_GPU_DECLARED_MIB", -1, 0, 1e9) * 1048576.0 : -1;
+	const char *forecast = getenv("DOS_GPU_FORECAST");
+	p->forecast_declared_only = forecast && strcmp(forecast, "declared") == 0;
+	if (forecast && *forecast && !p->forecast_declared_only && strcmp(forecast, "learned") != 0)
+		fprintf(stderr,
+			"starpu-dos: DOS_GPU_FORECAST = '%s' is neither 'learned' nor 'declared'; using learned\n",
+			forecast);
+	_dos_app_memory_init(&p->app_memory);
+	/* the first window of the forecast: from now to the first plan (forward and backward
+	 * of the first step) */
+	_dos_app_memory_plan(&p->app_memory, starpu_timing_now() * 1e-6);
 	STARPU_PTHREAD_MUTEX_INIT(&p->plan_lock, NULL);
 	STARPU_PTHREAD_MUTEX_INIT(&p->pool_lock, NULL);
 	starpu_task_list_init(&p->cpu_pool);
@@ -206,17 +231,18 @@ static const char *rule_name(enum placement_rule rule)
 static void deinit_policy(unsigned sched_ctx)
 {
 	struct policy *p = policy_of(sched_ctx);
-	const char *verbose = getenv("DOS_SCHED_VERBOSE");
-	if (verbose && verbose[0] == '1')
+	if (p->verbose >= 1)
 		fprintf(stderr,
 			"starpu-dos: %s: %lu tasks placed (%.2f us each), %lu steps planned, %lu updates on CPU, %lu "
 			"on GPU; last plan: %u of %u subgroups on GPU, predicted %.4g s, bound %.4g s, GPU budget %.3g "
-			"GB%s\n",
+			"GB, application forecast %.3g GB (%s)%s\n",
 			rule_name(p->rule), p->stats.decisions,
 			p->stats.decisions ? 1e6 * p->stats.decision_seconds / (double)p->stats.decisions : 0.0,
 			p->stats.plans, p->stats.cpu_updates, p->stats.gpu_updates, p->stats.last_gpu_subgroups,
 			p->stats.last_subgroups, p->stats.last_predicted_seconds, p->stats.last_bound_seconds,
-			p->stats.gpu_budget_bytes * 1e-9, p->stats.calibrated ? "" : " (uncalibrated)");
+			p->stats.gpu_budget_bytes * 1e-9, p->stats.app_forecast_bytes * 1e-9,
+			p->stats.app_forecast_learned ? "learned" : "declared",
+			p->stats.calibrated ? "" : " (uncalibrated)");
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->plan_lock);
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->pool_lock);
 	for (int i = 0; i < STEP_SLOTS; i++)
@@ -225,6 +251,8 @@ static void deinit_policy(unsigned sched_ctx)
 	free(p->staged.entries);
 	free(p->resident.entries);
 	free(p->on_cpu.entries);
+	_dos_app_memory_free(&p->app_memory);
+	free(p->last_place);
 	free(p);
 }
 
@@ -280,12 +308,30 @@ static void submit_hook(struct starpu_task *task)
 	}
 	s->tasks[s->n++] = task;
 	task->sched_data = NULL;
+	/* every buffer of an update (state, gradient, 16-bit weights) is planned for as the
+	 * optimizer's (resident or staged state, inputs homed on the GPU): not the
+	 * application's memory, even where its tasks use it too (an fp32 model's refresh
+	 * reads the master weights) */
+	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
+		_dos_app_memory_exclude(&p->app_memory, STARPU_TASK_GET_HANDLE(task, b));
 	unlock_plan(p);
 }
 
 static int on_gpu(starpu_data_handle_t h, int gpu)
 {
 	return gpu >= 0 && starpu_data_is_on_node(h, starpu_worker_get_memory_node((unsigned)gpu));
+}
+
+/* Whether the whole state of an update (master weights, m and v) is on the GPU: the
+ * master alone is not enough, as a model that computes in fp32 reads the master weights
+ * on the GPU in forward while m and v stay home (then 8 of the 12 bytes per parameter
+ * still have to cross the link). */
+static int state_on_gpu(struct starpu_task *update, int gpu)
+{
+	for (int b = 0; b < 3; b++)
+		if (!on_gpu(STARPU_TASK_GET_HANDLE(update, b), gpu))
+			return 0;
+	return 1;
 }
 
 static int home_is_gpu(starpu_data_handle_t h)
@@ -312,7 +358,7 @@ static int has_valid_copy(starpu_data_handle_t h)
  * complete at once and release a task that depends on the data, which StarPU then pushes,
  * from this very thread, into push_task, which takes the plan lock (a self-deadlock seen
  * with resumed training). */
-static void defer_prefetch(struct policy *p, starpu_data_handle_t h, unsigned node, int prio)
+static void defer_prefetch(struct policy *p, starpu_data_handle_t h, unsigned node, int prio, int idle)
 {
 	struct deferred_prefetches *d = &p->deferred;
 	if (d->n == d->cap) {
@@ -323,7 +369,7 @@ static void defer_prefetch(struct policy *p, starpu_data_handle_t h, unsigned no
 		d->at = grown;
 		d->cap = cap;
 	}
-	d->at[d->n++] = (struct prefetch_request){h, node, prio};
+	d->at[d->n++] = (struct prefetch_request){h, node, prio, idle};
 }
 
 /* Issues the deferred prefetches; call without the plan lock, and never from push_task on
@@ -340,7 +386,11 @@ static void issue_deferred_prefetches(struct policy *p)
 	p->deferred = (struct deferred_prefetches){0};
 	unlock_plan(p);
 	for (int i = 0; i < d.n; i++)
-		if (has_valid_copy(d.at[i].handle))
+		if (!has_valid_copy(d.at[i].handle))
+			continue;
+		else if (d.at[i].idle)
+			starpu_data_idle_prefetch_on_node_prio(d.at[i].handle, d.at[i].node, 1, d.at[i].prio);
+		else
 			starpu_data_prefetch_on_node_prio(d.at[i].handle, d.at[i].node, 1, d.at[i].prio);
 	free(d.at);
 }
@@ -348,7 +398,7 @@ static void issue_deferred_prefetches(struct policy *p)
 static void prefetch_buffers(struct policy *p, struct starpu_task *task, int first, int last, unsigned node, int prio)
 {
 	for (int b = first; b <= last && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), node, prio);
+		defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), node, prio, 0);
 }
 
 static void window_reset(struct fetch_window *w, int capacity, int first, int last, int node)
@@ -371,7 +421,7 @@ static void window_advance(struct policy *p, struct fetch_window *w, int ended)
 	for (; w->next < w->n && w->next < ended + w->ahead; w->next++) {
 		const struct fetch_entry *e = &w->entries[w->next];
 		for (int h = 0; h < e->nhandles && !e->started; h++)
-			defer_prefetch(p, e->handle[h], (unsigned)w->node, w->n - w->next);
+			defer_prefetch(p, e->handle[h], (unsigned)w->node, w->n - w->next, 0);
 	}
 }
 
@@ -391,7 +441,7 @@ static struct fetch_window *window_of(struct policy *p, enum dos_placement place
 {
 	return place == DOS_PLACE_GPU_TRANSIENT  ? &p->staged
 	       : place == DOS_PLACE_GPU_RESIDENT ? &p->resident
-						 : &p->on_cpu;
+						 : &p->on_cpu; /* DOS_PLACE_CPU, DOS_PLACE_CPU_THEN_RESIDENT */
 }
 
 /* GPU memory that gradients and 16-bit weights homed on the GPU occupy for good (as in
@@ -404,6 +454,46 @@ static double gpu_homed_inputs_bytes(const struct step_tasks *s)
 			if (home_is_gpu(STARPU_TASK_GET_HANDLE(s->tasks[i], b)))
 				bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(s->tasks[i], b));
 	return bytes;
+}
+
+/* The application's GPU memory over the coming iteration (plan lock held), and in
+ * *update_extra how much less it needs during the update window. What the application
+ * declared (dos_sched_reserve_gpu_bytes, or DOS_GPU_DECLARED_MIB in its place; the
+ * training graph declares weights, gradients and activations from the model's shape) is
+ * a floor: it knows what the measure cannot see (buffers StarPU keeps between uses,
+ * tasks in other contexts). The measure (app_memory.c: the peak of what the
+ * application's GPU tasks kept live over the last iteration, from the start to the
+ * first plan for the first step) raises the forecast when the application uses more
+ * than it declared, or declared nothing. DOS_GPU_FORECAST=declared: the declaration
+ * alone. DOS_GPU_RESERVE_MIB, what StarPU evicted of resident state, and the gradients
+ * and 16-bit weights homed on the GPU come on top (plan_step). */
+static double app_memory_forecast(struct policy *p, double *update_extra)
+{
+	const struct dos_app_forecast *f = &p->app_memory.last;
+	double declared = p->declared_override_bytes >= 0 ? p->declared_override_bytes : p->app_reserve_bytes;
+	*update_extra = 0;
+	p->stats.app_forecast_learned = f->learned && !p->forecast_declared_only && f->iteration_peak_bytes > declared;
+	if (!p->stats.app_forecast_learned)
+		return p->stats.app_forecast_bytes = declared;
+	/* the measure decides: in the update window the application needs only its peak there */
+	*update_extra = f->iteration_peak_bytes - fmax(f->update_peak_bytes, declared);
+	return p->stats.app_forecast_bytes = f->iteration_peak_bytes;
+}
+
+/* State the previous plan kept resident that StarPU has evicted since (to make room for
+ * data the forecast did not foresee): the forecast was short by that much, and stays
+ * raised by it for the rest of the run (plan lock held). Subgroups are matched by their
+ * position in the step, which a training loop keeps. */
+static void learn_from_evictions(struct policy *p, const struct step_tasks *s, const struct dos_plan_subgroup *sg)
+{
+	double evicted = 0;
+	if (p->last_place && p->last_n == s->n)
+		for (int i = 0; i < s->n; i++)
+			if (p->last_place[i] == DOS_PLACE_GPU_RESIDENT && !sg[i].resident_now)
+				evicted += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+	p->stats.evicted_state_bytes += evicted;
+	if (!p->forecast_declared_only)
+		p->eviction_margin_bytes += evicted;
 }
 
 /* Plans the updates of s (plan lock held). */
@@ -423,27 +513,34 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 		.grads_on_gpu = home_is_gpu(STARPU_TASK_GET_HANDLE(first, 3)),
 		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(STARPU_TASK_GET_HANDLE(first, 4)),
 	};
-	/* Forecast of the application's GPU memory during the update: what the application
-	 * declares its tasks keep over an iteration (dos_sched_reserve_gpu_bytes: weights,
-	 * gradients, peak activations; the training graph declares it from the model's
-	 * shape), or else the peak working set of its GPU tasks seen so far (not StarPU's
-	 * used-memory counter, which also holds the allocation cache of our staged state);
-	 * plus DOS_GPU_RESERVE_MIB, plus the gradients and 16-bit weights homed on the GPU. */
-	struct dos_machine_costs m;
-	int calibrated;
-	_dos_measure_costs(first, sched_ctx, &homes,
-			   fmax(p->app_peak_bytes, p->app_reserve_bytes) + p->declared_reserve_bytes +
-				   gpu_homed_inputs_bytes(s),
-			   &m, &calibrated);
-
 	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
 	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
 	STARPU_ASSERT_MSG(sg && place, "out of memory planning %d subgroups", s->n);
 	for (int i = 0; i < s->n; i++) {
 		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], 0);
 		sg[i].params = (double)starpu_vector_get_nx(master);
-		sg[i].resident_now = on_gpu(master, gpu);
+		sg[i].resident_now = state_on_gpu(s->tasks[i], gpu);
 	}
+	/* The iteration measured since the previous plan ends here. */
+	_dos_app_memory_plan(&p->app_memory, starpu_timing_now() * 1e-6);
+	learn_from_evictions(p, s, sg);
+	double update_extra;
+	double app = app_memory_forecast(p, &update_extra);
+	struct dos_machine_costs m;
+	int calibrated;
+	_dos_measure_costs(first, sched_ctx, &homes,
+			   app + p->eviction_margin_bytes + p->declared_reserve_bytes + gpu_homed_inputs_bytes(s), &m,
+			   &calibrated);
+	m.gpu_update_extra_bytes = update_extra;
+	/* The rest of the iteration: the GPU's application work queued now (StarPU's
+	 * predictions of the tasks in its queue; read without its lock: a hint) comes before
+	 * any update placed there; and the link idles while the GPU runs the application
+	 * outside the update window (the last iteration's, half of it kept for the
+	 * application's own transfers), which can carry state becoming resident. */
+	m.gpu_busy_ahead_seconds = gpu >= 0 ? p->queued_us[gpu] * 1e-6 : 0.0;
+	const struct dos_app_forecast *f = &p->app_memory.last;
+	double idle_link = fmin(f->gpu_busy_seconds, f->iteration_seconds - f->update_window_seconds);
+	m.promote_bytes = f->learned && idle_link > 0 ? 0.5 * idle_link * m.h2d_bytes_per_second : 0.0;
 	if (gpu < 0 || p->rule == RULE_ALL_CPU)
 		_dos_plan_all_cpu(s->n, place);
 	else if (p->rule == RULE_STRIDE)
@@ -466,7 +563,9 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	for (int i = 0; i < s->n; i++) {
 		struct fetch_window *w = window_of(p, place[i]);
 		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i], window_add(w, s->tasks[i]), p->generation);
-		if (place[i] == DOS_PLACE_CPU)
+		if (place[i] == DOS_PLACE_CPU_THEN_RESIDENT)
+			resident_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM; /* arrives after */
+		if (place[i] == DOS_PLACE_CPU || place[i] == DOS_PLACE_CPU_THEN_RESIDENT)
 			continue;
 		ngpu++;
 		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
@@ -476,7 +575,7 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 		}
 	}
 	double per = sg[0].params * dos_staging_bytes_per_param(&m);
-	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor((m.gpu_budget_bytes - resident_bytes) / per)) : 0;
+	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor(dos_staging_room_bytes(&m, resident_bytes) / per)) : 0;
 	p->resident.ahead = RESIDENT_GRADIENTS_AHEAD;
 	p->on_cpu.ahead = m.ncpu_workers + 1;
 	window_advance(p, &p->staged, 0);
@@ -498,9 +597,31 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 			"application keeps there, one subgroup needs %.3g GB): updates run on the CPU\n",
 			rule_name(p->rule), m.gpu_budget_bytes * 1e-9, per * 1e-9);
 	}
+	if (p->verbose >= 2) {
+		/* one line per plan: what it kept, took on, staged and left on the CPU, and the
+		 * forecast it planned with */
+		int count[5] = {0}, kept = 0;
+		for (int i = 0; i < s->n; i++) {
+			count[place[i]]++;
+			kept += place[i] == DOS_PLACE_GPU_RESIDENT && sg[i].resident_now;
+		}
+		fprintf(stderr,
+			"starpu-dos: %s: plan of step %llu at %.3f s: %d resident (%d already), %d staged, %d on CPU "
+			"(%d then resident); GPU budget %.3g GB (+%.3g GB in the update window), application "
+			"forecast %.3g GB (%s), GPU busy %.3g s ahead, %.3g GB may move after CPU updates; "
+			"predicted %.4g s\n",
+			rule_name(p->rule), (unsigned long long)step, starpu_timing_now() * 1e-6,
+			count[DOS_PLACE_GPU_RESIDENT], kept, count[DOS_PLACE_GPU_TRANSIENT],
+			count[DOS_PLACE_CPU] + count[DOS_PLACE_CPU_THEN_RESIDENT], count[DOS_PLACE_CPU_THEN_RESIDENT],
+			m.gpu_budget_bytes * 1e-9, m.gpu_update_extra_bytes * 1e-9, p->stats.app_forecast_bytes * 1e-9,
+			p->stats.app_forecast_learned ? "learned" : "declared", m.gpu_busy_ahead_seconds,
+			m.promote_bytes * 1e-9, p->stats.last_predicted_seconds);
+	}
 	s->planned = 1;
 	free(sg);
-	free(place);
+	free(p->last_place);
+	p->last_place = place;
+	p->last_n = s->n;
 	p->stats.plan_seconds += seconds_now() - t0;
 	p->stats.plans++;
 }
@@ -590,14 +711,6 @@ static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned
 	return 0;
 }
 
-static double task_data_bytes(struct starpu_task *task)
-{
-	double bytes = 0;
-	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, b));
-	return bytes;
-}
-
 static int push_task(struct starpu_task *task)
 {
 	unsigned ctx = task->sched_ctx;
@@ -616,8 +729,9 @@ static int push_task(struct starpu_task *task)
 			plan_step(p, s, ctx);
 		if (task->sched_data) {
 			enum dos_placement place = TAG_PLACEMENT(task->sched_data);
-			only_type = place == DOS_PLACE_CPU ? STARPU_CPU_WORKER : STARPU_CUDA_WORKER;
-			if (place == DOS_PLACE_CPU)
+			int cpu = place == DOS_PLACE_CPU || place == DOS_PLACE_CPU_THEN_RESIDENT;
+			only_type = cpu ? STARPU_CPU_WORKER : STARPU_CUDA_WORKER;
+			if (cpu)
 				p->stats.cpu_updates++;
 			else
 				p->stats.gpu_updates++;
@@ -672,9 +786,11 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
 	return task;
 }
 
-/* The application's working set on the GPU: the data of its tasks while they run there
- * (counted from start to end, not while queued: a queue of many tasks runs one or two
- * at a time). */
+/* task->sched_data of an application task running on the planned GPU: its start time
+ * (StarPU's clock, in us, plus one so that it is never NULL). */
+#define START_TAG(us) ((void *)(uintptr_t)((uint64_t)(us) + 1))
+#define TAG_START_US(d) ((double)((uint64_t)(uintptr_t)(d)-1))
+
 static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 {
 	struct policy *p = policy_of(sched_ctx);
@@ -687,14 +803,12 @@ static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		unlock_plan(p);
 		return;
 	}
-	if (starpu_worker_get_type(starpu_worker_get_id()) != STARPU_CUDA_WORKER)
-		return;
-	double bytes = task_data_bytes(task);
-	task->sched_data = (void *)(uintptr_t)bytes; /* subtracted again in post_exec_hook */
-	lock_plan(p);
-	p->app_inflight_bytes += bytes;
-	p->app_peak_bytes = fmax(p->app_peak_bytes, p->app_inflight_bytes);
-	unlock_plan(p);
+	/* an application task on the planned GPU: when it used its data is what the forecast
+	 * of the application's memory learns from (app_memory.c) */
+	int w = starpu_worker_get_id();
+	if (starpu_worker_get_type(w) == STARPU_CUDA_WORKER && p->gpu_node >= 0 &&
+	    starpu_worker_get_memory_node((unsigned)w) == (unsigned)p->gpu_node)
+		task->sched_data = START_TAG(starpu_timing_now());
 }
 
 static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
@@ -702,10 +816,16 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	if (task->cl != &_dos_adam_codelet) {
 		if (task->sched_data) { /* an application task that ran on the GPU */
 			struct policy *p = policy_of(sched_ctx);
-			lock_plan(p);
-			p->app_inflight_bytes = fmax(0.0, p->app_inflight_bytes - (double)(uintptr_t)task->sched_data);
-			unlock_plan(p);
+			double start = TAG_START_US(task->sched_data) * 1e-6, end = starpu_timing_now() * 1e-6;
 			task->sched_data = NULL;
+			lock_plan(p);
+			for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
+				starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
+				_dos_app_memory_use(&p->app_memory, h, (double)starpu_data_get_size(h), home_is_gpu(h),
+						    (STARPU_TASK_GET_MODE(task, b) & STARPU_R) != 0, start, end);
+			}
+			_dos_app_memory_task(&p->app_memory, start, end);
+			unlock_plan(p);
 		}
 		return;
 	}
@@ -714,7 +834,17 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	enum dos_placement place = TAG_PLACEMENT(task->sched_data);
 	uint32_t generation = TAG_GENERATION(task->sched_data);
 	task->sched_data = NULL;
-	if (place != DOS_PLACE_CPU && starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER)
+	int on_cuda = starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER;
+	struct policy *p = policy_of(sched_ctx);
+	if (place == DOS_PLACE_CPU_THEN_RESIDENT && !on_cuda && p->gpu_node >= 0) {
+		/* its state moves to the GPU now that the CPU has updated it, when the link has
+		 * nothing else to do (the next forward and backward): resident next step */
+		lock_plan(p);
+		for (int b = 0; b < 3; b++)
+			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), (unsigned)p->gpu_node, 0, 1);
+		unlock_plan(p);
+	}
+	if (place != DOS_PLACE_CPU && place != DOS_PLACE_CPU_THEN_RESIDENT && on_cuda)
 		/* The gradient and the 16-bit weights are done with on the GPU (each is written
 		 * home or dropped when its home is the host): their copies must not crowd out
 		 * resident state. Staged state is written back now, and its GPU copy is the
@@ -722,9 +852,9 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		for (int b = place == DOS_PLACE_GPU_TRANSIENT ? 0 : 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
 			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
 	/* one more update of its window ended: start the next fetch */
-	struct policy *p = policy_of(sched_ctx);
 	lock_plan(p);
 	if (generation == p->generation) { /* not an update of an older plan */
+		_dos_app_memory_update_ended(&p->app_memory, starpu_timing_now() * 1e-6);
 		struct fetch_window *w = window_of(p, place);
 		w->ended++;
 		window_advance(p, w, w->ended);
@@ -738,6 +868,10 @@ static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
 	struct policy *p = policy_of(sched_ctx);
 	for (unsigned i = 0; i < nworkers; i++)
 		p->queued_us[workerids[i]] = 0;
+	/* the GPU planned for, known before the first plan so that the forecast of the
+	 * application's memory learns from the first forward and backward */
+	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
+	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
 }
 
 #define DOS_POLICY(var, name_, init_fn, description)                                                                  \

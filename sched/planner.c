@@ -16,7 +16,14 @@
  * "now", as dmda assumes) and a GPU-transient subgroup needs one of a few staging slots
  * that memory allows. The CPU share that comes out is the f* = t_c / (t_c + t_x) split
  * of the notes when memory is plentiful, shifts towards resident GPU work as memory
- * allows, and falls back to the CPU when the GPU has no room. O(n * cpu workers). */
+ * allows, and falls back to the CPU when the GPU has no room. O(n * cpu workers).
+ *
+ * The rest of the iteration enters in two ways (docs/policy.md, whole-iteration rules):
+ * the GPU lane starts when the application's work queued on the GPU ends, so a GPU
+ * update costs what it delays; and state the plan takes on as resident for later steps
+ * may, when that finishes it earlier, be updated on the CPU this step and moved to the
+ * GPU while the link idles in the next forward and backward (DOS_PLACE_CPU_THEN_RESIDENT,
+ * up to promote_bytes), instead of paying its transfer in this update phase. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +95,13 @@ static struct outcome simulate(const struct timeline *t, const struct dos_machin
 		o.finish = fmax(o.cpu_free + up, fmax(o.d2h_free, o.h2d_free));
 		return o;
 	}
+	if (place == DOS_PLACE_CPU_THEN_RESIDENT) {
+		/* this step it is a CPU update; its state then takes GPU memory for good */
+		o = simulate(t, m, params, resident_now, DOS_PLACE_CPU);
+		o.resident_bytes += state;
+		o.feasible = o.resident_bytes <= m->gpu_budget_bytes;
+		return o;
+	}
 	int keep = place == DOS_PLACE_GPU_RESIDENT;
 	double ready = 0.0;
 	if (keep) {
@@ -133,7 +147,7 @@ static void commit(struct timeline *t, const struct outcome *o)
  * computed for the largest subgroup. */
 static int transient_slots(const struct dos_machine_costs *m, double resident_bytes, double max_params)
 {
-	double room = m->gpu_budget_bytes - resident_bytes;
+	double room = dos_staging_room_bytes(m, resident_bytes);
 	double per = max_params * dos_staging_bytes_per_param(m);
 	int slots = per > 0 ? (int)floor(room / per) : 0;
 	return slots < 0 ? 0 : slots > MAX_TRANSIENT_SLOTS ? MAX_TRANSIENT_SLOTS : slots;
@@ -144,6 +158,9 @@ static int timeline_init(struct timeline *t, const struct dos_machine_costs *m)
 	memset(t, 0, sizeof *t);
 	t->ncpu = m->ncpu_workers > 0 ? m->ncpu_workers : 1;
 	t->cpu_free = calloc((size_t)t->ncpu, sizeof(double));
+	/* the GPU finishes the application's queued work first: an update placed there waits
+	 * for it, which is what a GPU update costs a GPU-bound iteration */
+	t->gpu_free = m->gpu_busy_ahead_seconds > 0 ? m->gpu_busy_ahead_seconds : 0.0;
 	return t->cpu_free ? 0 : -1;
 }
 
@@ -164,7 +181,7 @@ double _dos_plan_predict(const struct dos_machine_costs *m, const struct dos_pla
 	/* the resident state this placement keeps decides the staging room */
 	double keep = 0;
 	for (int i = 0; i < n; i++)
-		if (placement[i] == DOS_PLACE_GPU_RESIDENT)
+		if (placement[i] == DOS_PLACE_GPU_RESIDENT || placement[i] == DOS_PLACE_CPU_THEN_RESIDENT)
 			keep += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 	t.nslots = transient_slots(m, keep, max_params(sg, n));
 	if (t.nslots == 0)
@@ -191,7 +208,7 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 	struct timeline t;
 	if (timeline_init(&t, m))
 		return NAN;
-	double biggest = max_params(sg, n);
+	double biggest = max_params(sg, n), promoted = 0;
 	/* Pass 1: state already on the GPU stays there while the cap holds it. */
 	for (int i = 0; i < n; i++) {
 		out[i] = DOS_PLACE_CPU;
@@ -223,8 +240,19 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 			struct outcome o = simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_GPU_RESIDENT);
 			int short_of_goal =
 				t.resident_bytes / DOS_STATE_BYTES_PER_PARAM + sg[i].params <= resident_goal;
-			if (o.feasible && (short_of_goal || o.finish < best.finish))
+			if (o.feasible && (short_of_goal || o.finish < best.finish)) {
 				best = o, choice = DOS_PLACE_GPU_RESIDENT;
+				/* Residency taken on for later steps: its transfer costs this update
+				 * phase, unless the state moves after a CPU update instead, while the
+				 * link idles in the next forward and backward (as much as that time
+				 * carries); then the earlier finish of the two. */
+				if (short_of_goal && !sg[i].resident_now && promoted + state <= m->promote_bytes) {
+					struct outcome later =
+						simulate(&t, m, sg[i].params, 0, DOS_PLACE_CPU_THEN_RESIDENT);
+					if (later.feasible && later.finish < o.finish)
+						best = later, choice = DOS_PLACE_CPU_THEN_RESIDENT;
+				}
+			}
 		}
 		if (t.nslots > 0) {
 			struct outcome o = simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_GPU_TRANSIENT);
@@ -233,7 +261,9 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 		}
 		commit(&t, &best);
 		out[i] = choice;
-		if (choice == DOS_PLACE_GPU_RESIDENT)
+		if (choice == DOS_PLACE_CPU_THEN_RESIDENT)
+			promoted += state;
+		if (choice == DOS_PLACE_GPU_RESIDENT || choice == DOS_PLACE_CPU_THEN_RESIDENT)
 			t.nslots = transient_slots(m, t.resident_bytes, biggest);
 	}
 	free(t.cpu_free);
@@ -243,13 +273,15 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 /* The time of `place` once its resident state is already on the GPU: what every step
  * after this one costs, the quantity worth minimising. */
 static double steady_state_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
-				   const enum dos_placement *place, struct dos_plan_subgroup *scratch)
+				   const enum dos_placement *place, struct dos_plan_subgroup *scratch,
+				   enum dos_placement *steady)
 {
 	for (int i = 0; i < n; i++) {
 		scratch[i] = sg[i];
-		scratch[i].resident_now = place[i] == DOS_PLACE_GPU_RESIDENT;
+		steady[i] = place[i] == DOS_PLACE_CPU_THEN_RESIDENT ? DOS_PLACE_GPU_RESIDENT : place[i];
+		scratch[i].resident_now = steady[i] == DOS_PLACE_GPU_RESIDENT;
 	}
-	return _dos_plan_predict(m, scratch, n, place);
+	return _dos_plan_predict(m, scratch, n, steady);
 }
 
 double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
@@ -263,22 +295,23 @@ double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_s
 	_dos_bound_seconds(m, sg, n, &goal);
 	double slots = 2 * biggest * dos_staging_bytes_per_param(m);
 	double goals[2] = {goal, goal + biggest};
-	double caps[2] = {m->gpu_budget_bytes, m->gpu_budget_bytes - slots};
-	enum dos_placement *cand = malloc((size_t)n * sizeof *cand);
+	double caps[2] = {m->gpu_budget_bytes, fmin(m->gpu_budget_bytes, dos_staging_room_bytes(m, slots))};
+	enum dos_placement *cand = malloc((size_t)n * sizeof *cand), *steady_place = malloc((size_t)n * sizeof *cand);
 	struct dos_plan_subgroup *scratch = malloc((size_t)n * sizeof *scratch);
 	double best_now = plan_with_resident_cap(m, sg, n, caps[0], goals[0], out);
-	if (!cand || !scratch || !isfinite(best_now)) {
+	if (!cand || !steady_place || !scratch || !isfinite(best_now)) {
 		free(cand);
+		free(steady_place);
 		free(scratch);
 		return best_now;
 	}
-	double best_steady = steady_state_seconds(m, sg, n, out, scratch);
+	double best_steady = steady_state_seconds(m, sg, n, out, scratch, steady_place);
 	for (int g = 0; g < 2; g++)
 		for (int c = 0; c < 2; c++) {
 			if ((g == 0 && c == 0) || caps[c] <= 0)
 				continue;
 			double now = plan_with_resident_cap(m, sg, n, caps[c], goals[g], cand);
-			double steady = steady_state_seconds(m, sg, n, cand, scratch);
+			double steady = steady_state_seconds(m, sg, n, cand, scratch, steady_place);
 			if (steady < best_steady || (steady == best_steady && now < best_now)) {
 				memcpy(out, cand, (size_t)n * sizeof *cand);
 				best_now = now;
@@ -286,6 +319,7 @@ double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_s
 			}
 		}
 	free(cand);
+	free(steady_place);
 	free(scratch);
 	return best_now;
 }

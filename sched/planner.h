@@ -16,6 +16,10 @@ enum dos_placement {
 	DOS_PLACE_CPU = 0,
 	DOS_PLACE_GPU_RESIDENT = 1,  /* updated on the GPU, state kept there afterwards */
 	DOS_PLACE_GPU_TRANSIENT = 2, /* state brought in, updated, written back */
+	/* updated on the CPU, then its state moves to the GPU while the link idles during the
+	 * next forward and backward: resident from the next step on, without a transfer in
+	 * any update phase */
+	DOS_PLACE_CPU_THEN_RESIDENT = 3,
 };
 
 struct dos_plan_subgroup {

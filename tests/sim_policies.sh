@@ -3,7 +3,8 @@
 # simulated, so the run is deterministic): on every machine `dos` is no slower than the
 # better of dmda and stride (k = 2); with a GPU memory limit no policy's peak exceeds it;
 # after the final flush every subgroup's state is valid on the host; in whole simulated
-# training iterations dos is no slower than dmda. Writes a
+# training iterations dos is no slower than dmda; a model that declares less GPU memory
+# than it uses is planned around once its use is measured. Writes a
 # test-suite-style summary (# PASS / # FAIL lines) to the file named by $2.
 #
 # Usage: tests/sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE
@@ -103,6 +104,22 @@ for mem in 14000 6000; do
 	[[ $(grep -c 'no GPU memory left for optimizer state' "$out") == 1 ]]
 	check "h100-pcie5 with a ${mem} MiB GPU: dos says so once" $?
 done
+# The application declares less GPU memory than it uses (DOS_GPU_DECLARED_MIB=0 in place
+# of the model's declaration), 14000 MiB GPU: planning with the declaration alone
+# (DOS_GPU_FORECAST=declared) puts state where the model's data is and StarPU evicts it
+# back and forth; the forecast learned from the model's tasks leaves the model its room
+# (every update on the CPU once measured, as with an honest declaration) and is faster.
+for fc in declared learned; do
+	STARPU_LIMIT_CUDA_MEM=14000 DOS_GPU_DECLARED_MIB=0 DOS_GPU_FORECAST=$fc DOS_SCHED_VERBOSE=2 timeout 300 \
+		"${bench%/dos-bench}/dos-train" --simulate h100-pcie5 --preset 1b --steps 3 --quiet >"$home/undeclared-$fc.txt" 2>&1
+	check "h100-pcie5 14000 MiB, model declares nothing, forecast $fc: dos-train completes" $?
+done
+declared=$(sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$home/undeclared-declared.txt")
+learned=$(sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$home/undeclared-learned.txt")
+awk -v l="$learned" -v d="$declared" 'BEGIN {exit !(l != "" && d != "" && l < 0.9 * d)}'
+check "model declares nothing: learned forecast ${learned} s/step < 0.9 x declared-only ${declared} s/step" $?
+grep -q 'plan of step 3 .* 0 staged, 10 on CPU .*forecast [0-9.]* GB (learned)' "$home/undeclared-learned.txt"
+check "model declares nothing: the learned forecast leaves the model its room by step 3" $?
 printf '# PASS: %d\n# FAIL: %d\n' "$pass" "$fail" >"$summary"
 echo "sim-policies: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -43,7 +43,7 @@ static void check_memory(const struct dos_machine_costs *m, const struct dos_pla
 {
 	double resident = 0;
 	for (int i = 0; i < N; i++)
-		if (place[i] == DOS_PLACE_GPU_RESIDENT)
+		if (place[i] == DOS_PLACE_GPU_RESIDENT || place[i] == DOS_PLACE_CPU_THEN_RESIDENT)
 			resident += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 	CHECK(resident <= m->gpu_budget_bytes, "%s: %g bytes resident over a %g budget", what, resident,
 	      m->gpu_budget_bytes);
@@ -53,7 +53,7 @@ static int gpu_count(const enum dos_placement *place)
 {
 	int g = 0;
 	for (int i = 0; i < N; i++)
-		g += place[i] != DOS_PLACE_CPU;
+		g += place[i] == DOS_PLACE_GPU_RESIDENT || place[i] == DOS_PLACE_GPU_TRANSIENT;
 	return g;
 }
 
@@ -108,6 +108,52 @@ int main(void)
 			kept += place[i] == DOS_PLACE_GPU_RESIDENT;
 		CHECK(kept > 0, "first step with 40 GB free kept nothing resident");
 		check_memory(&m, sg, place, "first step, 40 GB");
+	}
+	/* The same first step when the link idles long enough in forward and backward to
+	 * carry 20 GB: some state becomes resident through a CPU update and a transfer after
+	 * it, so this update phase is shorter, the memory used the same, and no more state
+	 * moves that way than the idle link carries. */
+	{
+		struct dos_machine_costs m = h100_rank(40e9);
+		struct dos_plan_subgroup sg[N];
+		enum dos_placement now[N], later[N];
+		subgroups(sg, 0);
+		double t_now = _dos_plan_step(&m, sg, N, now);
+		m.promote_bytes = 20e9;
+		double t_later = _dos_plan_step(&m, sg, N, later);
+		double promoted = 0;
+		for (int i = 0; i < N; i++)
+			promoted += later[i] == DOS_PLACE_CPU_THEN_RESIDENT ? SUBGROUP * DOS_STATE_BYTES_PER_PARAM : 0;
+		printf("first step, 40 GB: %.3f s moving resident state in the update phase, %.3f s moving %.0f GB "
+		       "after CPU updates\n",
+		       t_now, t_later, promoted * 1e-9);
+		CHECK(promoted > 0 && promoted <= m.promote_bytes, "promoted %g bytes with %g allowed", promoted,
+		      m.promote_bytes);
+		CHECK(t_later < t_now, "moving state after CPU updates did not shorten the first step (%g vs %g s)",
+		      t_later, t_now);
+		check_memory(&m, sg, later, "first step, 40 GB, promotion");
+		CHECK(fabs(_dos_plan_predict(&m, sg, N, later) - t_later) < 1e-9,
+		      "promotion: plan and prediction disagree");
+	}
+	/* The GPU busy with the application's queued work for 0.5 s: the updates placed there
+	 * wait for it, so the plan moves work to the CPU and the link path shrinks; still no
+	 * worse than all-CPU, and never earlier than the GPU frees. */
+	{
+		struct dos_machine_costs m = h100_rank(slots_only);
+		struct dos_plan_subgroup sg[N];
+		enum dos_placement free_gpu[N], busy_gpu[N], base[N];
+		subgroups(sg, 0);
+		_dos_plan_step(&m, sg, N, free_gpu);
+		m.gpu_busy_ahead_seconds = 0.5;
+		double busy = _dos_plan_step(&m, sg, N, busy_gpu);
+		_dos_plan_all_cpu(N, base);
+		printf("20B, GPU busy 0.5 s ahead: %d/%d on GPU (%d with the GPU free), %.3f s\n", gpu_count(busy_gpu),
+		       N, gpu_count(free_gpu), busy);
+		CHECK(gpu_count(busy_gpu) < gpu_count(free_gpu),
+		      "a busy GPU got as many updates (%d) as a free one (%d)", gpu_count(busy_gpu),
+		      gpu_count(free_gpu));
+		CHECK(busy <= _dos_plan_predict(&m, sg, N, base), "busy GPU: plan slower than all-CPU");
+		CHECK(gpu_count(busy_gpu) == 0 || busy > 0.5, "busy GPU: GPU updates end before the GPU frees");
 	}
 	/* No GPU memory at all, or no GPU: everything on the CPU. */
 	{

@@ -1,0 +1,205 @@
+/* The application's GPU memory over an iteration, learned from the previous one.
+ *
+ * An iteration runs from one step's plan to the next (the end of backward, the updates,
+ * the next forward, most of the next backward). A value of the application's data is
+ * live, and needs the GPU, from the task that writes it to the last task that reads it
+ * (an activation from the forward task that writes it to the backward task that reads
+ * it; a gradient from backward to the gather that reads it); a value the iteration's
+ * first use reads came from before, so it is live from the start of the iteration
+ * (weights read by forward); data homed on the GPU occupies it throughout. Data that
+ * stays registered while its value is dead (a buffer reused each step) is not counted
+ * then: StarPU may evict it, and its next writer allocates it again. The
+ * forecast is the peak over time of the sum of those intervals, over the whole
+ * iteration (what resident optimizer state must fit beside) and within the update
+ * window (what state staged only for the updates must fit beside).
+ *
+ * Why this measure and not StarPU's memory counters: starpu_memory_get_used counts
+ * StarPU's cache of freed buffers and every clean copy it has not needed to evict, so on
+ * a busy GPU it reads "full" whatever the application needs (seen: 150.1 of 150.7 GB
+ * at every plan of the simulated 7b model, which declares 68.8 GB of its own); and
+ * querying each handle's allocation later would touch handles the application may have
+ * unregistered since. Here a handle is only looked at by the hook of a task that uses
+ * it, and the same in the real and the SimGrid builds (times are StarPU's clock). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app_memory.h"
+
+#define INITIAL_CAPACITY 1024ul
+
+void _dos_app_memory_init(struct dos_app_memory *am)
+{
+	memset(am, 0, sizeof *am);
+}
+
+void _dos_app_memory_free(struct dos_app_memory *am)
+{
+	free(am->entries);
+	memset(am, 0, sizeof *am);
+}
+
+static unsigned long slot_of(const struct dos_app_memory *am, const void *key)
+{
+	uint64_t h = (uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull;
+	unsigned long i = (unsigned long)(h >> 20) & (am->capacity - 1);
+	while (am->entries[i].key && am->entries[i].key != key)
+		i = (i + 1) & (am->capacity - 1);
+	return i;
+}
+
+/* Rebuilds the table at `capacity`; with `only_recent`, keeps only the entries used in
+ * the current iteration and the exclusions. */
+static int rebuild(struct dos_app_memory *am, unsigned long capacity, int only_recent)
+{
+	struct dos_app_entry *old = am->entries;
+	unsigned long old_capacity = am->capacity;
+	struct dos_app_entry *fresh = calloc(capacity, sizeof *fresh);
+	if (!fresh)
+		return -1;
+	am->entries = fresh;
+	am->capacity = capacity;
+	am->count = 0;
+	for (unsigned long i = 0; i < old_capacity; i++) {
+		const struct dos_app_entry *e = &old[i];
+		if (!e->key || (only_recent && !e->seen && !e->excluded))
+			continue;
+		am->entries[slot_of(am, e->key)] = *e;
+		am->count++;
+	}
+	free(old);
+	return 0;
+}
+
+/* The entry of `key`, created when missing; NULL when out of memory. */
+static struct dos_app_entry *entry(struct dos_app_memory *am, const void *key)
+{
+	if (2 * (am->count + 1) > am->capacity && rebuild(am, am->capacity ? 2 * am->capacity : INITIAL_CAPACITY, 0))
+		return NULL;
+	struct dos_app_entry *e = &am->entries[slot_of(am, key)];
+	if (!e->key) {
+		memset(e, 0, sizeof *e);
+		e->key = key;
+		am->count++;
+	}
+	return e;
+}
+
+void _dos_app_memory_exclude(struct dos_app_memory *am, const void *key)
+{
+	struct dos_app_entry *e = entry(am, key);
+	if (e)
+		e->excluded = 1;
+	else
+		am->incomplete = 1;
+}
+
+void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double bytes, int always_there, int reads,
+			 double start, double end)
+{
+	if (!am->started)
+		return;
+	struct dos_app_entry *e = entry(am, key);
+	if (!e) {
+		am->incomplete = 1;
+		return;
+	}
+	if (e->excluded)
+		return;
+	if (!e->seen) {
+		e->seen = 1;
+		e->carried_in = reads != 0;
+		e->first = start;
+		e->last = end;
+	} else {
+		e->first = fmin(e->first, start);
+		e->last = fmax(e->last, end);
+	}
+	e->bytes = bytes;
+	e->always_there = always_there != 0;
+}
+
+void _dos_app_memory_task(struct dos_app_memory *am, double start, double end)
+{
+	if (am->started && end > start)
+		am->busy += end - start;
+}
+
+void _dos_app_memory_update_ended(struct dos_app_memory *am, double when)
+{
+	if (am->started)
+		am->update_end = fmax(am->update_end, when);
+}
+
+struct event {
+	double t, delta;
+};
+
+static int by_time_starts_first(const void *a, const void *b)
+{
+	const struct event *x = a, *y = b;
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	return (x->delta < y->delta) - (x->delta > y->delta); /* additions before removals */
+}
+
+/* Peaks of live bytes over [begin, end] and over [begin, window_end]. */
+static int peaks(const struct dos_app_memory *am, double begin, double end, double window_end, double *whole,
+		 double *window)
+{
+	struct event *ev = malloc(2 * (am->count ? am->count : 1) * sizeof *ev);
+	if (!ev)
+		return -1;
+	size_t n = 0;
+	for (unsigned long i = 0; i < am->capacity; i++) {
+		const struct dos_app_entry *e = &am->entries[i];
+		if (!e->key || !e->seen || e->excluded)
+			continue;
+		double from = e->always_there || e->carried_in ? begin : e->first, to = e->always_there ? end : e->last;
+		ev[n++] = (struct event){from, e->bytes};
+		ev[n++] = (struct event){to, -e->bytes};
+	}
+	qsort(ev, n, sizeof *ev, by_time_starts_first);
+	double live = 0;
+	*whole = *window = 0;
+	for (size_t i = 0; i < n; i++) {
+		live += ev[i].delta;
+		/* live bytes only grow at an addition; the window also counts what is live as
+		 * it opens (additions at or before its start) */
+		if (ev[i].delta > 0) {
+			*whole = fmax(*whole, live);
+			if (ev[i].t <= window_end)
+				*window = fmax(*window, live);
+		}
+	}
+	free(ev);
+	return 0;
+}
+
+void _dos_app_memory_plan(struct dos_app_memory *am, double now)
+{
+	am->plans++;
+	if (am->started && !am->incomplete && now > am->begin) {
+		double window_end = fmax(am->update_end, am->begin), whole, window;
+		if (peaks(am, am->begin, now, window_end, &whole, &window) == 0)
+			am->last = (struct dos_app_forecast){.learned = 1,
+							     .whole_iteration = am->plans > 2,
+							     .iteration_peak_bytes = whole,
+							     .update_peak_bytes = fmin(window, whole),
+							     .iteration_seconds = now - am->begin,
+							     .update_window_seconds = window_end - am->begin,
+							     .gpu_busy_seconds = am->busy};
+	}
+	/* the next iteration starts afresh: data unused in this one is dropped (it may have
+	 * been unregistered, and its address reused) */
+	if (am->capacity)
+		(void)rebuild(am, am->capacity, 1); /* when out of memory, the old table serves */
+	for (unsigned long i = 0; i < am->capacity; i++)
+		am->entries[i].seen = 0;
+	am->incomplete = 0;
+	am->started = 1;
+	am->begin = now;
+	am->update_end = now;
+	am->busy = 0;
+}

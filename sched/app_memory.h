@@ -1,0 +1,62 @@
+/* The application's GPU memory over an iteration, learned from its GPU tasks: which data
+ * each task used and when. Pure bookkeeping (keys are opaque pointers, times in
+ * seconds): the policy feeds it from its execution hooks, tests feed it made-up tasks.
+ * See app_memory.c for the measure and why it is this one. */
+#ifndef DOS_APP_MEMORY_H
+#define DOS_APP_MEMORY_H
+
+/* What the last complete iteration showed. */
+struct dos_app_forecast {
+	int learned;                  /* 0: no iteration measured yet (the values are 0) */
+	int whole_iteration;          /* 1: from plan to plan; 0: from the start to the first plan */
+	double iteration_peak_bytes;  /* most application data live at once, over the iteration */
+	double update_peak_bytes;     /* the same within its update window */
+	double iteration_seconds;     /* from one plan to the next */
+	double update_window_seconds; /* from the plan to the end of its last update */
+	double gpu_busy_seconds;      /* the application's GPU task time over the iteration */
+};
+
+struct dos_app_entry {
+	const void *key;
+	double bytes;
+	double first, last;         /* when the iteration's GPU tasks first and last used it */
+	unsigned char seen;         /* used in the current iteration */
+	unsigned char always_there; /* homed on the GPU: occupies it from start to end */
+	unsigned char carried_in;   /* first read in the iteration: its value came from before */
+	unsigned char excluded;     /* the optimizer's own (planned for separately) */
+};
+
+struct dos_app_memory {
+	struct dos_app_entry *entries; /* open addressing, capacity a power of two */
+	unsigned long capacity, count;
+	int incomplete; /* out of memory while recording: this iteration teaches nothing */
+	int started;    /* an iteration is being recorded */
+	int plans;      /* calls of _dos_app_memory_plan */
+	double begin, update_end, busy;
+	struct dos_app_forecast last;
+};
+
+void _dos_app_memory_init(struct dos_app_memory *am);
+void _dos_app_memory_free(struct dos_app_memory *am);
+
+/* `key` is the optimizer's own data: never counted as the application's. */
+void _dos_app_memory_exclude(struct dos_app_memory *am, const void *key);
+
+/* A GPU task of the application ran from `start` to `end` and used `key` (`bytes`; homed
+ * on the GPU when `always_there`; `reads` when it read the value, not only wrote it).
+ * Call once per buffer, in the order the tasks ran; _dos_app_memory_task once per task.
+ * Before the first iteration starts nothing is recorded. */
+void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double bytes, int always_there, int reads,
+			 double start, double end);
+void _dos_app_memory_task(struct dos_app_memory *am, double start, double end);
+
+/* An update of the current iteration's plan ended at `when`: its update window lasts at
+ * least until then. */
+void _dos_app_memory_update_ended(struct dos_app_memory *am, double when);
+
+/* A plan at `now` ends the iteration being recorded (its forecast becomes `last`) and
+ * starts the next one. The first call only starts one (the window up to the first plan:
+ * forward and backward, without their update window). */
+void _dos_app_memory_plan(struct dos_app_memory *am, double now);
+
+#endif /* DOS_APP_MEMORY_H */

@@ -1,0 +1,78 @@
+/* The forecast of the application's GPU memory (sched/app_memory.c) on made-up
+ * iterations whose answers are worked out by hand: a weight read first (its value comes
+ * from before, so it is live from the start of the iteration), activations live from
+ * their writer to their last reader, data homed on the GPU live throughout, the
+ * optimizer's own data never counted; the peak over the iteration and within the update
+ * window; the first window (start to first plan) flagged as such; data unused in an
+ * iteration forgotten. */
+#include "app_memory.h"
+#include "test_util.h"
+
+/* distinct keys: the forecast never dereferences them */
+static const char weight = 0, act = 0, act2 = 0, homed = 0, opt_state = 0;
+
+static void task(struct dos_app_memory *am, double start, double end, const void *key, double bytes, int always_there,
+		 int reads)
+{
+	_dos_app_memory_use(am, key, bytes, always_there, reads, start, end);
+	_dos_app_memory_task(am, start, end);
+}
+
+int main(void)
+{
+	struct dos_app_memory am;
+	_dos_app_memory_init(&am);
+	_dos_app_memory_exclude(&am, &opt_state);
+	task(&am, 0, 1, &act, 1e6, 0, 0); /* before anything started: ignored */
+	_dos_app_memory_plan(&am, 0.0);
+	CHECK(!am.last.learned, "a forecast before any iteration was measured");
+
+	/* The first window, up to the first plan at t = 10. Live: weight [0, 9] (read
+	 * first), act [2, 8], act2 [4, 6], homed [0, 10]; the optimizer's 200 bytes never. */
+	task(&am, 1, 2, &weight, 100, 0, 1);
+	task(&am, 2, 3, &act, 50, 0, 0);
+	task(&am, 3, 4, &homed, 10, 1, 1);
+	task(&am, 4, 5, &act2, 30, 0, 0);
+	task(&am, 5, 6, &act2, 30, 0, 1);
+	task(&am, 5, 6, &opt_state, 200, 0, 1);
+	task(&am, 7, 8, &act, 50, 0, 1);
+	task(&am, 8, 9, &weight, 100, 0, 1);
+	_dos_app_memory_plan(&am, 10.0);
+	CHECK(am.last.learned && !am.last.whole_iteration, "first window: learned %d, whole %d", am.last.learned,
+	      am.last.whole_iteration);
+	CHECK(am.last.iteration_peak_bytes == 190, "first window peak %g, expected 190 (100 + 50 + 30 + 10)",
+	      am.last.iteration_peak_bytes);
+	CHECK(am.last.iteration_seconds == 10 && am.last.gpu_busy_seconds == 8, "first window: %g s, %g s busy",
+	      am.last.iteration_seconds, am.last.gpu_busy_seconds);
+
+	/* A whole iteration from t = 10 to 20, its updates ending at 12. act2 is gone (the
+	 * next step did not use it); weight, read first, is live from 10 to 19; act from 14
+	 * to 18; homed throughout. Window [10, 12]: 100 + 10. Whole: 100 + 50 + 10. */
+	_dos_app_memory_update_ended(&am, 11.5);
+	_dos_app_memory_update_ended(&am, 12.0);
+	task(&am, 13, 14, &weight, 100, 0, 1);
+	task(&am, 14, 15, &act, 50, 0, 0);
+	task(&am, 15, 16, &homed, 10, 1, 1);
+	task(&am, 17, 18, &act, 50, 0, 1);
+	task(&am, 18, 19, &weight, 100, 0, 1);
+	_dos_app_memory_plan(&am, 20.0);
+	CHECK(am.last.learned && am.last.whole_iteration, "second window not a whole iteration");
+	CHECK(am.last.iteration_peak_bytes == 160, "iteration peak %g, expected 160", am.last.iteration_peak_bytes);
+	CHECK(am.last.update_peak_bytes == 110, "update-window peak %g, expected 110", am.last.update_peak_bytes);
+	CHECK(am.last.update_window_seconds == 2 && am.last.iteration_seconds == 10,
+	      "window %g s of an iteration of %g s", am.last.update_window_seconds, am.last.iteration_seconds);
+	CHECK(am.last.gpu_busy_seconds == 5, "busy %g s, expected 5", am.last.gpu_busy_seconds);
+	/* weight, act, homed and the exclusion remain; act2 was dropped */
+	CHECK(am.count == 4, "%lu keys kept, expected 4", am.count);
+
+	/* An iteration where nothing is written: the peak is what was carried in. And many
+	 * keys: the table grows and every one counts. */
+	static char many[5000];
+	for (int i = 0; i < 5000; i++)
+		task(&am, 21, 22, &many[i], 1, 0, 1);
+	_dos_app_memory_plan(&am, 30.0);
+	CHECK(am.last.iteration_peak_bytes == 5000, "5000 one-byte values read: peak %g", am.last.iteration_peak_bytes);
+	_dos_app_memory_free(&am);
+	printf("app memory forecast: peaks, windows and exclusions as worked out by hand\n");
+	return 0;
+}
