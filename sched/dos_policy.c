@@ -482,8 +482,11 @@ static double app_memory_forecast(struct policy *p, double *update_extra)
 
 /* State the previous plan kept resident that StarPU has evicted since (to make room for
  * data the forecast did not foresee): the forecast was short by that much, and stays
- * raised by it for the rest of the run (plan lock held). Subgroups are matched by their
- * position in the step, which a training loop keeps. */
+ * raised by the largest such shortfall for the rest of the run (plan lock held). The
+ * largest, not the sum: StarPU also evicts for reasons of its own (on the simulated
+ * full 7b h200 one subgroup goes every step, whatever the plan), and a sum would shrink
+ * the budget by that much every step until no state is left on the GPU. Subgroups are
+ * matched by their position in the step, which a training loop keeps. */
 static void learn_from_evictions(struct policy *p, const struct step_tasks *s, const struct dos_plan_subgroup *sg)
 {
 	double evicted = 0;
@@ -493,7 +496,7 @@ static void learn_from_evictions(struct policy *p, const struct step_tasks *s, c
 				evicted += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 	p->stats.evicted_state_bytes += evicted;
 	if (!p->forecast_declared_only)
-		p->eviction_margin_bytes += evicted;
+		p->eviction_margin_bytes = fmax(p->eviction_margin_bytes, evicted);
 }
 
 /* Plans the updates of s (plan lock held). */
