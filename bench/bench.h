@@ -22,5 +22,8 @@ int bench_host(int argc, char **argv);
 /* dos-bench optimizer [--params P] [--subgroup S] [--grad D] [--weight D] [--steps K]
  * [--policies LIST] [--gpu-mem-mib M]; returns the exit status. */
 int bench_optimizer(int argc, char **argv);
+/* dos-bench gemm [--cpu-size N] [--gpu-size N] [--reps R]: the matrix-product rates the
+ * model's kernels can reach (CPU sgemm; cuBLAS fp32, bf16, fp16). */
+int bench_gemm(int argc, char **argv);
 
 #endif /* DOS_BENCH_H */

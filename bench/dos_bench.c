@@ -47,7 +47,8 @@ static const char usage[] =
 	"       dos-bench calibrate [--max-size N] [--reps R]\n"
 	"       dos-bench host\n"
 	"       dos-bench optimizer [--params P] [--subgroup S] [--grad fp16|bf16|fp32] [--weight fp16|bf16|none]\n"
-	"                           [--steps K] [--policies p1,p2,...] [--gpu-mem-mib M]\n";
+	"                           [--steps K] [--policies p1,p2,...] [--gpu-mem-mib M]\n"
+	"       dos-bench gemm [--cpu-size N] [--gpu-size N] [--reps R]\n";
 
 /* Exit status 2 for a bad command line (the usage follows the message), 1 for a failure. */
 #define usage_error(...) exit_with_message(2, __VA_ARGS__)
@@ -707,6 +708,8 @@ int main(int argc, char **argv)
 		return bench_host(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "optimizer"))
 		return bench_optimizer(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "gemm"))
+		return bench_gemm(argc, argv);
 	struct options o;
 	parse_options(argc, argv, &o);
 	long online = sysconf(_SC_NPROCESSORS_ONLN);

@@ -94,6 +94,13 @@ $train --preset tiny --steps 5 --clip 1.0 --quiet >"$work/clip.log" 2>&1 || fail
 grep -q '; 0 of those of the first [0-9]* steps started while backward was still running' "$work/clip.log" ||
 	fail "with clipping, updates started before backward ended: $(grep 'subgroup updates' "$work/clip.log")"
 echo "updates overlap backward: $overlap updates without clipping, none with clipping (the barrier)"
+# The products' operation count, which dos-train's product-rate line divides by, counted
+# by hand for the tiny preset's 64 tokens per micro-batch (4 x 16): per layer 8192 weights
+# in products (qkv 3072, o 1024, fc1 2048, fc2 2048) and attention 4 B H T^2 hd = 131072;
+# the head 8192 weights. Forward 2 x 64 x (2 x 8192 + 8192) + 2 x 131072 = 3,407,872;
+# backward twice that: 10,223,616 per step.
+grep -q 'matrix products on CPU workers: 0.01022 GFLOP per step' "$work/clip.log" ||
+	fail "tiny preset: expected 0.01022 GFLOP of products per step: $(grep 'matrix products' "$work/clip.log")"
 
 # ---- 4. overflow skips leave the state unchanged -----------------------------------------
 $train --preset tiny --steps 4 --precision fp16 --loss-scale 1e30 --quiet --dump "$work/skipped.bin" \

@@ -76,6 +76,15 @@ done
 step invariance_cpu_gpu sh -c "'$bundle/bin/dos-train' --preset tiny --steps 12 --quiet --policy all-cpu \
 	--dump '$out/all-cpu.bin' && DOS_RESIDENT_RATIO=1 '$bundle/bin/dos-train' --preset tiny --steps 12 --quiet \
 	--policy resident --dump '$out/all-gpu.bin' && cmp '$out/all-cpu.bin' '$out/all-gpu.bin'"
+# the same in bf16: the model computes in 16 bits on the GPU (tensor-core products), the
+# optimizer's state stays fp32 wherever each update runs
+step invariance_cpu_gpu_bf16 sh -c "'$bundle/bin/dos-train' --preset tiny --steps 12 --quiet --precision bf16 \
+	--policy all-cpu --dump '$out/all-cpu-bf16.bin' && DOS_RESIDENT_RATIO=1 '$bundle/bin/dos-train' --preset tiny \
+	--steps 12 --quiet --precision bf16 --policy resident --dump '$out/all-gpu-bf16.bin' && \
+	cmp '$out/all-cpu-bf16.bin' '$out/all-gpu-bf16.bin'"
+# the product rates forward and backward are measured against (dos-train's summary
+# prints the rate its products reached)
+step gemm "$bundle/bin/dos-bench" gemm
 step calibrate_bus "$bundle/bin/starpu_calibrate_bus"
 step bench_adam "$bundle/bin/dos-bench" adam
 step calibrate_codelets env STARPU_CALIBRATE=1 "$bundle/bin/dos-bench" calibrate
@@ -85,17 +94,19 @@ step host_measurements "$bundle/bin/dos-bench" host
 step policies env DOS_SCHED_VERBOSE=1 "$bundle/bin/dos-bench" optimizer --params "${DEVICE_CHECK_POLICY_PARAMS:-2e9}" \
 	--subgroup 1e8 --steps 3 --policies dos,all-cpu,stride,resident,dmda,lws
 # whole training iterations of a ~1 B model (issue 5's target): iteration time per policy,
-# the last iteration of dos drawn; DEVICE_CHECK_TRAIN_PRESET for another size
+# the last iteration of dos drawn; DEVICE_CHECK_TRAIN_PRESET for another size,
+# DEVICE_CHECK_TRAIN_PRECISION for another precision (bf16: the mixed-precision model)
 for policy in dos dmda all-cpu stride; do
 	step "train_$policy" env STARPU_MINIMUM_CLEAN_BUFFERS=0 STARPU_TARGET_CLEAN_BUFFERS=0 \
 		"$bundle/bin/dos-train" --preset "${DEVICE_CHECK_TRAIN_PRESET:-1b}" --steps 6 --policy "$policy" \
-		--plot "$out/train_$policy.svg"
+		--precision "${DEVICE_CHECK_TRAIN_PRECISION:-bf16}" --plot "$out/train_$policy.svg"
 done
 
 echo
 echo "== device check: $(head -n 1 "$out/machine.txt"), results in $out"
 sed -n '/^# Summary/,$p' "$out/bench_adam.log" 2>/dev/null
 grep -E '^(policy|dos|all-cpu|stride|resident|dmda|lws) |^# bound' "$out/policies.log" 2>/dev/null
+grep -H '^gemm ' "$out/gemm.log" 2>/dev/null
 grep -H '^summary: ' "$out"/train_*.log 2>/dev/null
 cat "$summary"
 ! grep -qE 'FAIL|TIMEOUT' "$summary"

@@ -134,6 +134,9 @@ struct accounting {
 	uint32_t accumulation;
 	double busy[PHASE_COUNT]; /* task seconds, summed over workers */
 	uint64_t updates_cpu, updates_gpu;
+	/* the model's matrix products (the codelets whose perfmodel counts floating-point
+	 * operations), by worker type: 0 CPU, 1 CUDA */
+	double product_flops[2], product_seconds[2];
 	struct intervals backward, updates;
 	struct dos_timeline *timeline;
 };
@@ -197,6 +200,7 @@ struct watched {
 	void (*callback)(void *);
 	void *callback_arg;
 	int record_interval; /* a task of the first OVERLAP_STEPS steps of this run */
+	double flops;        /* a matrix product's floating-point operations, else 0 */
 };
 
 static void account_task(void *arg)
@@ -212,6 +216,11 @@ static void account_task(void *arg)
 		enum phase phase = phase_of(name ? name : "");
 		pthread_mutex_lock(&w->acc->lock);
 		w->acc->busy[phase] += seconds;
+		if (w->flops > 0) {
+			int on_gpu = starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER;
+			w->acc->product_flops[on_gpu] += w->flops;
+			w->acc->product_seconds[on_gpu] += seconds;
+		}
 		if (phase == PHASE_BACKWARD)
 			if (w->record_interval)
 				intervals_add(&w->acc->backward, start, end);
@@ -240,7 +249,13 @@ static void watch_task(void *arg, struct starpu_task *task)
 		acc->microbatches_submitted++;
 	if (w) {
 		*w = (struct watched){acc, task->callback_func, task->callback_arg,
-				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation};
+				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation, 0};
+		/* the products' perfmodels regress on their operation count (codelets/model.c):
+		 * the same count gives their rate */
+		enum phase phase = phase_of(task->cl ? task->cl->name : "");
+		if ((phase == PHASE_FORWARD || phase == PHASE_BACKWARD) && task->cl->model &&
+		    task->cl->model->size_base)
+			w->flops = (double)task->cl->model->size_base(task, 0);
 		task->callback_func = account_task;
 		task->callback_arg = w;
 	}
@@ -547,6 +562,10 @@ int main(int argc, char **argv)
 		acc.busy[p] = dos_dp_sum(acc.busy[p]);
 	acc.updates_cpu = (uint64_t)dos_dp_sum((double)acc.updates_cpu);
 	acc.updates_gpu = (uint64_t)dos_dp_sum((double)acc.updates_gpu);
+	for (int g = 0; g < 2; g++) {
+		acc.product_flops[g] = dos_dp_sum(acc.product_flops[g]);
+		acc.product_seconds[g] = dos_dp_sum(acc.product_seconds[g]);
+	}
 #ifdef STARPU_SIMGRID
 	const char *clock = " simulated";
 #else
@@ -574,6 +593,14 @@ int main(int argc, char **argv)
 	printf("summary: task time by phase (summed over workers):");
 	for (int p = 0; p < PHASE_COUNT; p++)
 		printf(" %s %.2f s%s", phase_names[p], acc.busy[p], p + 1 < PHASE_COUNT ? "," : "\n");
+	/* Against `dos-bench gemm` (one OpenBLAS thread; cuBLAS per precision): the share of
+	 * the machine's product rate that forward and backward reach. */
+	for (int g = 0; g < 2; g++)
+		if (acc.product_seconds[g] > 0 && steps_run > 0)
+			printf("summary: forward and backward matrix products on %s workers: %.4g GFLOP per step, %.2f "
+			       "GFLOP/s over their %.2f s of task time\n",
+			       g ? "CUDA" : "CPU", acc.product_flops[g] * 1e-9 / (double)steps_run,
+			       acc.product_flops[g] * 1e-9 / acc.product_seconds[g], acc.product_seconds[g]);
 	printf("summary: subgroup updates ran %llu on CPU workers, %llu on GPU workers; %zu of those of the first %d "
 	       "steps started while backward was still running\n",
 	       (unsigned long long)acc.updates_cpu, (unsigned long long)acc.updates_gpu,
