@@ -180,6 +180,7 @@ int bench_gemm(int argc, char **argv)
 	cublasDestroy(blas);
 	return status;
 #else
+	(void)gpu_n;
 	printf("gemm gpu: not built with CUDA\n");
 	return 0;
 #endif

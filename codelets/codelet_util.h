@@ -39,18 +39,24 @@ struct starpu_task *_dos_task_with_args(const char *function, struct starpu_code
 /* The same, with the regression on SIZE_FN(task, nimpl) instead of the data size
  * (the model's products regress on their floating-point operations). */
 #define DOS_DEFINE_CODELET_SIZED(NAME, CPU_FN, CUDA_FN, SIZE_FN, NBUFFERS, ...) \
-	static struct starpu_perfmodel NAME##_model = {                         \
-		.type = STARPU_NL_REGRESSION_BASED,                             \
-		.symbol = "dos_" #NAME,                                         \
-		.size_base = SIZE_FN,                                           \
-	};                                                                      \
-	struct starpu_codelet _dos_##NAME##_codelet = {                         \
-		.name = "dos_" #NAME,                                           \
-		.cpu_funcs = {CPU_FN},                                          \
-		.cpu_funcs_name = {#CPU_FN},                                    \
-		DOS_CUDA_IMPLEMENTATION(CUDA_FN).nbuffers = (NBUFFERS),         \
-		.modes = {__VA_ARGS__},                                         \
-		.model = &NAME##_model,                                         \
+	DOS_DEFINE_CODELET_MODELLED(NAME, "dos_" #NAME, CPU_FN, CUDA_FN, SIZE_FN, NBUFFERS, __VA_ARGS__)
+
+/* The same, for a codelet named CL_NAME (what traces and task names show) whose perfmodel
+ * is "dos_NAME": two codelets of the same kernels can then keep separate models (the
+ * model's products in fp32 and in 16-bit compute run at very different rates). */
+#define DOS_DEFINE_CODELET_MODELLED(NAME, CL_NAME, CPU_FN, CUDA_FN, SIZE_FN, NBUFFERS, ...) \
+	static struct starpu_perfmodel NAME##_model = {                                     \
+		.type = STARPU_NL_REGRESSION_BASED,                                         \
+		.symbol = "dos_" #NAME,                                                     \
+		.size_base = SIZE_FN,                                                       \
+	};                                                                                  \
+	struct starpu_codelet _dos_##NAME##_codelet = {                                     \
+		.name = CL_NAME,                                                            \
+		.cpu_funcs = {CPU_FN},                                                      \
+		.cpu_funcs_name = {#CPU_FN},                                                \
+		DOS_CUDA_IMPLEMENTATION(CUDA_FN).nbuffers = (NBUFFERS),                     \
+		.modes = {__VA_ARGS__},                                                     \
+		.model = &NAME##_model,                                                     \
 	}
 
 #if defined(DOS_USE_CUDA)

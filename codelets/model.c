@@ -412,6 +412,21 @@ DOS_DEFINE_CODELET_SIZED(attention_fwd, attention_fwd_cpu, attention_fwd_cuda, _
 			 STARPU_VARIABLE_NBUFFERS);
 DOS_DEFINE_CODELET_SIZED(attention_bwd, attention_bwd_cpu, attention_bwd_cuda, _dos_attention_bwd_flops,
 			 STARPU_VARIABLE_NBUFFERS);
+/* The products in 16-bit compute: the same kernels and names, perfmodels of their own
+ * ("dos_linear_fwd16", ...). On a GPU a 16-bit product runs on the tensor cores, many times
+ * faster than an fp32 one of the same operation count, and on the CPU somewhat slower
+ * (widening); one regression fed both precisions (a perfmodel file outlives a run) would
+ * predict neither. */
+DOS_DEFINE_CODELET_MODELLED(linear_fwd16, "dos_linear_fwd", linear_fwd_cpu, linear_fwd_cuda, _dos_linear_flops,
+			    STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET_MODELLED(linear_bwd_data16, "dos_linear_bwd_data", linear_bwd_data_cpu, linear_bwd_data_cuda,
+			    _dos_linear_flops, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET_MODELLED(linear_bwd_weight16, "dos_linear_bwd_weight", linear_bwd_weight_cpu, linear_bwd_weight_cuda,
+			    _dos_linear_flops, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET_MODELLED(attention_fwd16, "dos_attention_fwd", attention_fwd_cpu, attention_fwd_cuda,
+			    _dos_attention_fwd_flops, STARPU_VARIABLE_NBUFFERS);
+DOS_DEFINE_CODELET_MODELLED(attention_bwd16, "dos_attention_bwd", attention_bwd_cpu, attention_bwd_cuda,
+			    _dos_attention_bwd_flops, STARPU_VARIABLE_NBUFFERS);
 DOS_DEFINE_CODELET(gelu_fwd, gelu_fwd_cpu, gelu_fwd_cuda, STARPU_VARIABLE_NBUFFERS);
 DOS_DEFINE_CODELET(gelu_bwd, gelu_bwd_cpu, gelu_bwd_cuda, STARPU_VARIABLE_NBUFFERS);
 DOS_DEFINE_CODELET(xent, xent_cpu, xent_cuda, STARPU_VARIABLE_NBUFFERS);

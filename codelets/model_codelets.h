@@ -46,6 +46,10 @@ extern struct starpu_codelet _dos_linear_bwd_weight_codelet;
 extern struct starpu_codelet _dos_attention_fwd_codelet;
 /* buffers: qkv (R), probs (R), dout (R), dqkv (W) */
 extern struct starpu_codelet _dos_attention_bwd_codelet;
+/* The five products above in 16-bit compute (same kernels and buffers, perfmodels of
+ * their own: "dos_linear_fwd16", ...); graph/model.c picks one by the model's dtype. */
+extern struct starpu_codelet _dos_linear_fwd16_codelet, _dos_linear_bwd_data16_codelet,
+	_dos_linear_bwd_weight16_codelet, _dos_attention_fwd16_codelet, _dos_attention_bwd16_codelet;
 /* buffers: x (R), y (W) */
 extern struct starpu_codelet _dos_gelu_fwd_codelet;
 /* buffers: x (R), dy (R), dx (W) */

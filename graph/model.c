@@ -232,6 +232,14 @@ struct buffer {
 	enum starpu_data_access_mode mode;
 };
 
+/* A product's codelet for the model's dtype: the 16-bit compute ones keep perfmodels of
+ * their own (codelets/model.c). */
+static struct starpu_codelet *product(const struct dos_model *m, struct starpu_codelet *fp32,
+				      struct starpu_codelet *sixteen)
+{
+	return m->dtype == DOS_FP32 ? fp32 : sixteen;
+}
+
 /* One task of `cl` over `buffers` with a private copy of `args`. Submission errors abort:
  * they mean a broken graph (a bug), and a half-submitted iteration cannot be undone. */
 static void submit(struct dos_model *m, struct starpu_codelet *cl, const struct _dos_model_args *args,
@@ -296,7 +304,7 @@ static void linear_fwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_
 {
 	struct _dos_model_args a = {.n = n, .d = in, .out = out};
 	struct buffer b[] = {{x, STARPU_R}, {w, STARPU_R}, {y, STARPU_W}, {residual, STARPU_R}};
-	submit(m, &_dos_linear_fwd_codelet, &a, b, residual ? 4 : 3);
+	submit(m, product(m, &_dos_linear_fwd_codelet, &_dos_linear_fwd16_codelet), &a, b, residual ? 4 : 3);
 }
 
 /* dx (+)= dy w and dw (+)= dy^T x for y = x w^T. */
@@ -306,10 +314,10 @@ static void linear_bwd(struct dos_model *m, starpu_data_handle_t dy, starpu_data
 {
 	struct _dos_model_args a = {.n = n, .d = in, .out = out, .accumulate = accumulate_dx};
 	struct buffer bd[] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, out_mode(accumulate_dx)}};
-	submit(m, &_dos_linear_bwd_data_codelet, &a, bd, 3);
+	submit(m, product(m, &_dos_linear_bwd_data_codelet, &_dos_linear_bwd_data16_codelet), &a, bd, 3);
 	a.accumulate = accumulate_dw;
 	struct buffer bw[] = {{dy, STARPU_R}, {x, STARPU_R}, {dw, out_mode(accumulate_dw)}};
-	submit(m, &_dos_linear_bwd_weight_codelet, &a, bw, 3);
+	submit(m, product(m, &_dos_linear_bwd_weight_codelet, &_dos_linear_bwd_weight16_codelet), &a, bw, 3);
 }
 
 static void rmsnorm_fwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t y,
@@ -369,7 +377,7 @@ static starpu_data_handle_t layer_forward(struct dos_model *m, uint32_t l, starp
 	act->probs = activation(m, (uint64_t)m->batch * s->heads * s->seq_len * s->seq_len);
 	struct _dos_model_args aa = {.n = n, .B = m->batch, .T = s->seq_len, .H = s->heads, .hd = d / s->heads, .d = d};
 	struct buffer ab[] = {{act->qkv, STARPU_R}, {act->att, STARPU_W}, {act->probs, STARPU_W}};
-	submit(m, &_dos_attention_fwd_codelet, &aa, ab, 3);
+	submit(m, product(m, &_dos_attention_fwd_codelet, &_dos_attention_fwd16_codelet), &aa, ab, 3);
 	act->xmid = activation(m, (uint64_t)n * d);
 	linear_fwd(m, act->att, layer_param(m, m->weight, l, DOS_T_O), x, act->xmid, n, d, d);
 	act->h2 = activation(m, (uint64_t)n * d);
@@ -414,7 +422,7 @@ static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t
 	starpu_data_handle_t dqkv = activation(m, (uint64_t)n * 3 * d);
 	struct _dos_model_args aa = {.n = n, .B = m->batch, .T = s->seq_len, .H = s->heads, .hd = d / s->heads, .d = d};
 	struct buffer ab[] = {{act->qkv, STARPU_R}, {act->probs, STARPU_R}, {datt, STARPU_R}, {dqkv, STARPU_W}};
-	submit(m, &_dos_attention_bwd_codelet, &aa, ab, 4);
+	submit(m, product(m, &_dos_attention_bwd_codelet, &_dos_attention_bwd16_codelet), &aa, ab, 4);
 	release(&datt);
 	linear_bwd(m, dqkv, layer_param(m, m->weight, l, DOS_T_QKV), act->h1, dh, 0,
 		   layer_param(m, m->grad, l, DOS_T_QKV), accumulate, n, d, 3 * d);

@@ -66,22 +66,24 @@ run_case h200 0
 # Whole training iterations (dos-train --simulate: forward and backward on the GPU, the
 # optimizer's updates placed by the policy): on the 1b preset dos is no slower than dmda,
 # and it plans every step.
-train_case() { # MACHINE
-	local machine=$1 out=$home/train-$1 dos dmda
+train_case() { # MACHINE [PRECISION]
+	local machine=$1 precision=${2:-fp32} out=$home/train-$1-${2:-fp32} dos dmda
 	for policy in dos dmda; do
 		DOS_SCHED_VERBOSE=1 "${bench%/dos-bench}/dos-train" --simulate "$machine" --preset 1b --steps 4 \
-			--policy "$policy" --quiet >"$out-$policy.txt" 2>&1
-		check "$machine: dos-train --simulate --preset 1b --policy $policy ran" $?
+			--precision "$precision" --policy "$policy" --quiet >"$out-$policy.txt" 2>&1
+		check "$machine: dos-train --simulate --preset 1b --precision $precision --policy $policy ran" $?
 	done
 	dos=$(sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$out-dos.txt")
 	dmda=$(sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$out-dmda.txt")
 	awk -v d="$dos" -v m="$dmda" 'BEGIN {exit !(d != "" && m != "" && d <= m * 1.001)}'
-	check "$machine training iteration: dos ${dos} s <= dmda ${dmda} s" $?
+	check "$machine training iteration ($precision): dos ${dos} s <= dmda ${dmda} s" $?
 	grep -q 'dos: .* 4 steps planned' "$out-dos.txt"
-	check "$machine training: dos planned each of the 4 overlapping steps" $?
+	check "$machine training ($precision): dos planned each of the 4 overlapping steps" $?
 }
 train_case h100-pcie5
 train_case h200
+# 16-bit compute (tensor-core products): the GPU is no longer the bottleneck, the update is
+train_case h100-pcie5 bf16
 
 # Small subgroups: the tiny preset in its default 4096-param subgroups ends in a
 # 672-param one, below the smallest size the machines' perfmodels once covered (the

@@ -75,6 +75,7 @@ class Machine:
     gpu_task_overhead: Num  # s added to every CUDA task
     cpu_sgemm_core: Num  # FLOP/s: fp32 SGEMM of one core (single-threaded OpenBLAS, as codelets/model_cpu.c runs it)
     gpu_sgemm: Num  # FLOP/s: fp32 SGEMM of the GPU (cuBLAS, TF32 off)
+    gpu_gemm16: Num  # FLOP/s: bf16/fp16 products on the tensor cores, fp32 accumulation (16-bit compute)
 
 
 ADAM_BYTES = 28  # per parameter: read p, m, v (12) + fp16 grad (2); write p, m, v (12) + weight16 (2)
@@ -118,6 +119,35 @@ ATTENTION_EFFICIENCY = Num(
     "for hd = 128 on the h100-pcie5 row the score traffic adds ~0.5 of the product time, and k = hd products "
     "run below 0.7 of peak",
 )
+
+
+# The products in 16-bit compute (codelets/model.c: perfmodels dos_linear_fwd16, ...):
+# cublasGemmEx on 16-bit operands with fp32 accumulation on the GPU; on the CPU the
+# operands are widened to fp32 and multiplied by the same single-threaded sgemm.
+GEMM16_EFFICIENCY = Num(
+    0.5,
+    "of peak",
+    "assumption",
+    "fraction of the dense bf16 tensor-core peak that the model's products reach: large square cuBLAS bf16 "
+    "products reach 0.6-0.8 of it, the model's thin ones (n = B*T tokens, k = hd in attention) and their "
+    "16-bit outputs less; replace with `dos-bench gemm` and a calibrated run",
+)
+CPU_GEMM16_FACTOR = Num(
+    1 / 1.17,
+    "of the fp32 rate",
+    "measured",
+    "the CPU widens 16-bit operands and runs the fp32 sgemm: on the development VM the bf16 default run's forward "
+    "and backward task time was 1.17x fp32's (results/mixed-precision-2026-11-29.md)",
+)
+
+
+def gpu_gemm16(peak_tflops, what):
+    return Num(
+        peak_tflops * 1e12 * GEMM16_EFFICIENCY.value,
+        "FLOP/s",
+        "estimate",
+        f"{what}; x {GEMM16_EFFICIENCY.value} tensor-core efficiency (assumption)",
+    )
 
 
 def gpu_sgemm(peak_tflops, what):
@@ -205,6 +235,7 @@ MACHINES = {
                 "'H100 80GB HBM3', HBM3 at 3.35 TB/s; GPU Adam's derived 2.8 TB/s is beyond the 2.0 TB/s of the "
                 "H100 PCIe card, whose FP32 peak is 51.2 TFLOPS)",
             ),
+            gpu_gemm16=gpu_gemm16(989, "H100 SXM5 datasheet dense BF16/FP16 tensor 989 TFLOPS (1979 with sparsity)"),
         ),
         Machine(
             name="a100-pcie4",
@@ -244,6 +275,7 @@ MACHINES = {
                 "(AVX2, two 256-bit FMA units) at a 2.5 GHz all-core clock",
             ),
             gpu_sgemm=gpu_sgemm(19.5, "A100 datasheet FP32 (non-tensor) 19.5 TFLOPS, the same for SXM4 and PCIe"),
+            gpu_gemm16=gpu_gemm16(312, "A100 datasheet dense BF16/FP16 tensor 312 TFLOPS (624 with sparsity)"),
         ),
         Machine(
             name="h200",
@@ -297,6 +329,9 @@ MACHINES = {
                 "row name it 'NVIDIA H200', nvidia-smi's name for the SXM part (the PCIe card is 'NVIDIA H200 NVL'), "
                 "and 1 GPU with 16 cores and 128 GiB looks like one GPU's share of an 8-GPU HGX (SXM) server",
             ),
+            gpu_gemm16=gpu_gemm16(
+                989, "H200 SXM datasheet dense BF16/FP16 tensor 989 TFLOPS, as H100 SXM5 (same GH100 compute)"
+            ),
         ),
     ]
 }
@@ -349,6 +384,7 @@ SAMPLES_PER_ENTRY = 10
 
 FLOPS, BYTES = "flops", "bytes"  # what a codelet's perfmodel size counts
 SGEMM, ATTENTION, BANDWIDTH = "sgemm", "attention", "bandwidth"  # the rate its time comes from
+GEMM16, ATTENTION16 = "gemm16", "attention16"  # the same in 16-bit compute
 NO_SLOWDOWN = Num(1, "x", "choice", "parallel over elements: runs at the bandwidth")
 
 
@@ -384,6 +420,12 @@ MODEL_CODELETS = [
     ModelCodelet(
         "dos_attention_bwd", FLOPS, ATTENTION, "8 B H T^2 hd: four batched products and the softmax backward"
     ),
+    # 16-bit compute: the same kernels under perfmodels of their own (codelets/model.c)
+    ModelCodelet("dos_linear_fwd16", FLOPS, GEMM16, "2 n in out, 16-bit operands: y = x w^T (+ residual)"),
+    ModelCodelet("dos_linear_bwd_data16", FLOPS, GEMM16, "2 n in out, 16-bit operands: dx = dy w"),
+    ModelCodelet("dos_linear_bwd_weight16", FLOPS, GEMM16, "2 n in out, 16-bit operands, fp32 dw: dw = dy^T x"),
+    ModelCodelet("dos_attention_fwd16", FLOPS, ATTENTION16, "4 B H T^2 hd, 16-bit q, k, v and probabilities"),
+    ModelCodelet("dos_attention_bwd16", FLOPS, ATTENTION16, "8 B H T^2 hd, 16-bit operands, fp32 softmax backward"),
     ModelCodelet(
         "dos_embed_fwd",
         BYTES,
@@ -530,8 +572,11 @@ def model_rate(machine, mc, device, cpu_workers):
         # As regression(): W workers share the host bandwidth.
         return (machine.host_bw.value / cpu_workers if device == CPU_WORKER else machine.gpu_bw.value), "B/s"
     # A product runs on one core (OpenBLAS made single-threaded), whatever W.
-    rate = machine.cpu_sgemm_core.value if device == CPU_WORKER else machine.gpu_sgemm.value
-    if mc.rate == ATTENTION:
+    if mc.rate in (GEMM16, ATTENTION16):
+        rate = machine.cpu_sgemm_core.value * CPU_GEMM16_FACTOR.value if device == CPU_WORKER else machine.gpu_gemm16.value
+    else:
+        rate = machine.cpu_sgemm_core.value if device == CPU_WORKER else machine.gpu_sgemm.value
+    if mc.rate in (ATTENTION, ATTENTION16):
         rate *= ATTENTION_EFFICIENCY.value
     return rate, "FLOP/s"
 
@@ -815,6 +860,7 @@ def readme_tables():
         ("gpu_task_overhead", "fixed cost per CUDA task"),
         ("cpu_sgemm_core", "fp32 SGEMM of one CPU core (model products)"),
         ("gpu_sgemm", "fp32 SGEMM of the GPU, no TF32 (model products)"),
+        ("gpu_gemm16", "bf16/fp16 tensor-core products of the GPU, fp32 accumulation (16-bit compute)"),
     ]
     out = []
     for m in MACHINES.values():
@@ -857,14 +903,20 @@ def readme_tables():
     out.append(
         "\nThe example model's codelets (time = a x size + c; size = floating-point operations from the "
         "perfmodel's `size_base`, or bytes of data; rate: the machine's `gpu_sgemm` or `cpu_sgemm_core` for "
-        "sgemm, times the attention efficiency for attention, `gpu_bw` or `host_bw` / W for bandwidth):\n\n"
+        "sgemm, `gpu_gemm16` or `cpu_sgemm_core` x the 16-bit CPU factor for gemm16, times the attention "
+        "efficiency for attention and attention16, `gpu_bw` or `host_bw` / W for bandwidth):\n\n"
     )
     out.append("| symbol | size | rate | GPU slowdown | what the size counts |\n|---|---|---|---|---|\n")
     for c in MODEL_CODELETS:
         unit = "FLOP" if c.size == FLOPS else "bytes"
         out.append(f"| `{c.symbol}` | {unit} | {c.rate} | {c.gpu_slowdown.value:g} | {c.what} |\n")
     out.append("\n| assumption | value | status | source |\n|---|---|---|---|\n")
-    for label, num in (("SGEMM efficiency", SGEMM_EFFICIENCY), ("attention efficiency", ATTENTION_EFFICIENCY)):
+    for label, num in (
+        ("SGEMM efficiency", SGEMM_EFFICIENCY),
+        ("attention efficiency", ATTENTION_EFFICIENCY),
+        ("16-bit tensor-core efficiency", GEMM16_EFFICIENCY),
+        ("16-bit products on the CPU", CPU_GEMM16_FACTOR),
+    ):
         out.append(f"| {label} | {num.value:g} {num.unit} | {num.status} | {num.source} |\n")
     for c in MODEL_CODELETS:
         if c.gpu_slowdown is not NO_SLOWDOWN:
