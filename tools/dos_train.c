@@ -253,7 +253,7 @@ static void watch_task(void *arg, struct starpu_task *task)
 		/* the products' perfmodels regress on their operation count (codelets/model.c):
 		 * the same count gives their rate */
 		enum phase phase = phase_of(task->cl ? task->cl->name : "");
-		if ((phase == PHASE_FORWARD || phase == PHASE_BACKWARD) && task->cl->model &&
+		if ((phase == PHASE_FORWARD || phase == PHASE_BACKWARD) && task->cl && task->cl->model &&
 		    task->cl->model->size_base)
 			w->flops = (double)task->cl->model->size_base(task, 0);
 		task->callback_func = account_task;
