@@ -59,14 +59,6 @@ static float *copy_floats(const float *f, size_t count)
 	return p;
 }
 
-static float *nan_floats(size_t count)
-{
-	float *p = test_malloc(count * sizeof(float));
-	for (size_t i = 0; i < count; i++)
-		p[i] = NAN;
-	return p;
-}
-
 /* Fails unless max |got - ref| <= tol * max |ref| and every value is finite. */
 static void check_close(const char *what, const float *got, const double *ref, size_t count, double tol)
 {
@@ -283,7 +275,7 @@ static void test_embedding(void)
 	const size_t n = NTOK, T = NT, d = DM, V = NV;
 	int32_t *ids = random_ids(n, V);
 	ids[3] = ids[1]; /* a repeated token: its dtok row sums two tokens */
-	float *tok = random_floats(V * d, 0, 1), *pos = random_floats(T * d, 0, 1), *x = nan_floats(n * d);
+	float *tok = random_floats(V * d, 0, 1), *pos = random_floats(T * d, 0, 1), *x = test_nan_floats(n * d);
 	double *tok_d = to_double(tok, V * d), *pos_d = to_double(pos, T * d), *x_d = test_malloc(n * d * 8);
 
 	_dos_embed_fwd_cpu(ids, tok, pos, x, n, T, d, DOS_FP32);
@@ -295,7 +287,7 @@ static void test_embedding(void)
 	struct problem p = {.in0 = tok_d, .in1 = pos_d, .ids = ids, .R = R_d, .out = out, .n = n, .T = T, .d = d};
 	double *gtok = fd_gradient(obj_embed, &p, tok_d, V * d), *gpos = fd_gradient(obj_embed, &p, pos_d, T * d);
 
-	float *dtok = nan_floats(V * d), *dpos = nan_floats(T * d);
+	float *dtok = test_nan_floats(V * d), *dpos = test_nan_floats(T * d);
 	_dos_embed_bwd_cpu(ids, R, dtok, dpos, n, T, d, V, 0, DOS_FP32);
 	check_close("embed_bwd dtok", dtok, gtok, V * d, GRAD_TOL);
 	check_close("embed_bwd dpos", dpos, gpos, T * d, GRAD_TOL);
@@ -321,7 +313,7 @@ static void test_rmsnorm(void)
 {
 	const size_t n = NTOK, d = DM;
 	float *x = random_floats(n * d, 0.3, 1), *w = random_floats(d, 1, 0.2);
-	float *y = nan_floats(n * d), *rstd = nan_floats(n);
+	float *y = test_nan_floats(n * d), *rstd = test_nan_floats(n);
 	double *x_d = to_double(x, n * d), *w_d = to_double(w, d), *y_d = test_malloc(n * d * 8),
 	       *rstd_d = test_malloc(n * 8);
 
@@ -335,7 +327,7 @@ static void test_rmsnorm(void)
 	struct problem p = {.in0 = x_d, .in1 = w_d, .R = R_d, .out = out, .n = n, .d = d};
 	double *gx = fd_gradient(obj_rmsnorm, &p, x_d, n * d), *gw = fd_gradient(obj_rmsnorm, &p, w_d, d);
 
-	float *dx = nan_floats(n * d), *dw = nan_floats(d);
+	float *dx = test_nan_floats(n * d), *dw = test_nan_floats(d);
 	_dos_rmsnorm_bwd_cpu(x, w, rstd, R, dx, dw, n, d, 0, 0, DOS_FP32);
 	check_close("rmsnorm_bwd dx", dx, gx, n * d, GRAD_TOL);
 	check_close("rmsnorm_bwd dw", dw, gw, d, GRAD_TOL);
@@ -345,8 +337,8 @@ static void test_rmsnorm(void)
 	float *pdx = random_floats(n * d, 0, 1), *pdw = random_floats(d, 0, 1);
 	for (int acc_dx = 0; acc_dx <= 1; acc_dx++)
 		for (int acc_dw = 0; acc_dw <= 1; acc_dw++) {
-			float *adx = acc_dx ? copy_floats(pdx, n * d) : nan_floats(n * d);
-			float *adw = acc_dw ? copy_floats(pdw, d) : nan_floats(d);
+			float *adx = acc_dx ? copy_floats(pdx, n * d) : test_nan_floats(n * d);
+			float *adw = acc_dw ? copy_floats(pdw, d) : test_nan_floats(d);
 			_dos_rmsnorm_bwd_cpu(x, w, rstd, R, adx, adw, n, d, acc_dx, acc_dw, DOS_FP32);
 			if (acc_dx) {
 				float *want = test_malloc(n * d * sizeof(float));
@@ -376,7 +368,7 @@ static void test_linear(void)
 	      *res = random_floats(n * out_f, 0, 1);
 	double *x_d = to_double(x, n * in), *w_d = to_double(w, out_f * in), *res_d = to_double(res, n * out_f),
 	       *y_d = test_malloc(n * out_f * 8);
-	float *y = nan_floats(n * out_f);
+	float *y = test_nan_floats(n * out_f);
 
 	_dos_linear_fwd_cpu(x, w, NULL, y, n, in, out_f, DOS_FP32);
 	ref_linear(x_d, w_d, NULL, y_d, n, in, out_f);
@@ -390,7 +382,7 @@ static void test_linear(void)
 	struct problem p = {.in0 = x_d, .in1 = w_d, .R = R_d, .out = out, .n = n, .d = in, .out_features = out_f};
 	double *gx = fd_gradient(obj_linear, &p, x_d, n * in), *gw = fd_gradient(obj_linear, &p, w_d, out_f * in);
 
-	float *dx = nan_floats(n * in), *dw = nan_floats(out_f * in);
+	float *dx = test_nan_floats(n * in), *dw = test_nan_floats(out_f * in);
 	_dos_linear_bwd_data_cpu(R, w, dx, n, in, out_f, 0, DOS_FP32);
 	_dos_linear_bwd_weight_cpu(R, x, dw, n, in, out_f, 0, DOS_FP32);
 	check_close("linear_bwd_data dx", dx, gx, n * in, GRAD_TOL);
@@ -411,7 +403,7 @@ static void test_linear(void)
 static void test_attention(size_t B, size_t T, size_t H, size_t hd)
 {
 	const size_t d = H * hd, n = B * T, np = B * H * T * T;
-	float *qkv = random_floats(n * 3 * d, 0, 1), *out = nan_floats(n * d), *probs = nan_floats(np);
+	float *qkv = random_floats(n * 3 * d, 0, 1), *out = test_nan_floats(n * d), *probs = test_nan_floats(np);
 	double *qkv_d = to_double(qkv, n * 3 * d), *out_d = test_malloc(n * d * 8), *probs_d = test_malloc(np * 8);
 
 	_dos_attention_fwd_cpu(qkv, out, probs, B, T, H, hd, DOS_FP32);
@@ -435,7 +427,7 @@ static void test_attention(size_t B, size_t T, size_t H, size_t hd)
 	double *R_d = to_double(R, n * d), *scratch = test_malloc(n * d * 8);
 	struct problem p = {.in0 = qkv_d, .R = R_d, .out = scratch, .B = B, .T = T, .H = H, .hd = hd};
 	double *g = fd_gradient(obj_attention, &p, qkv_d, n * 3 * d);
-	float *dqkv = nan_floats(n * 3 * d);
+	float *dqkv = test_nan_floats(n * 3 * d);
 	_dos_attention_bwd_cpu(qkv, probs, R, dqkv, B, T, H, hd, DOS_FP32);
 	check_close("attention_bwd dqkv", dqkv, g, n * 3 * d, GRAD_TOL);
 	printf("attention B=%zu T=%zu H=%zu hd=%zu: forward, probs, gradient ok\n", B, T, H, hd);
@@ -447,7 +439,7 @@ static void test_attention(size_t B, size_t T, size_t H, size_t hd)
 static void test_gelu(void)
 {
 	const size_t count = 37;
-	float *x = random_floats(count, 0, 2), *y = nan_floats(count);
+	float *x = random_floats(count, 0, 2), *y = test_nan_floats(count);
 	x[0] = 0.0f, x[1] = -6.0f, x[2] = 6.0f, x[3] = -0.5f;
 	double *x_d = to_double(x, count), *y_d = test_malloc(count * 8);
 	_dos_gelu_fwd_cpu(x, y, count, DOS_FP32);
@@ -458,7 +450,7 @@ static void test_gelu(void)
 	double *R_d = to_double(R, count), *out = test_malloc(count * 8);
 	struct problem p = {.in0 = x_d, .R = R_d, .out = out, .count = count};
 	double *g = fd_gradient(obj_gelu, &p, x_d, count);
-	float *dx = nan_floats(count);
+	float *dx = test_nan_floats(count);
 	_dos_gelu_bwd_cpu(x, R, dx, count, DOS_FP32);
 	check_close("gelu_bwd dx", dx, g, count, GRAD_TOL);
 	printf("gelu: forward, gradient ok\n");
@@ -470,7 +462,7 @@ static void test_xent(void)
 {
 	const size_t n = NTOK, V = NV;
 	const float grad_scale = 0.37f;
-	float *logits = random_floats(n * V, 0, 2), *loss = nan_floats(n), *dl = nan_floats(n * V);
+	float *logits = random_floats(n * V, 0, 2), *loss = test_nan_floats(n), *dl = test_nan_floats(n * V);
 	logits[5] = 60.0f; /* a large logit: the log-sum-exp must not overflow */
 	int32_t *targets = random_ids(n, V);
 	double *logits_d = to_double(logits, n * V), *loss_d = test_malloc(n * 8);
@@ -524,21 +516,23 @@ static void test_codelets(void)
 	float *qkv = random_floats(n * 3 * d, 0, 1), *logits = random_floats(n * V, 0, 2);
 
 	/* expected outputs, from direct calls (accumulating ones start from a prior) */
-	float *e_x = nan_floats(n * d), *e_dtok = random_floats(V * d, 0, 1), *e_dpos = random_floats(T * d, 0, 1);
-	float *e_y = nan_floats(n * d), *e_rstd = nan_floats(n), *e_dx = random_floats(n * d, 0, 1),
-	      *e_dw = nan_floats(d);
-	float *e_yl = nan_floats(n * F), *e_ylr = nan_floats(n * F), *e_dxl = nan_floats(n * d),
+	float *e_x = test_nan_floats(n * d), *e_dtok = random_floats(V * d, 0, 1), *e_dpos = random_floats(T * d, 0, 1);
+	float *e_y = test_nan_floats(n * d), *e_rstd = test_nan_floats(n), *e_dx = random_floats(n * d, 0, 1),
+	      *e_dw = test_nan_floats(d);
+	float *e_yl = test_nan_floats(n * F), *e_ylr = test_nan_floats(n * F), *e_dxl = test_nan_floats(n * d),
 	      *e_dwl = random_floats(F * d, 0, 1);
-	float *e_att = nan_floats(n * d), *e_probs = nan_floats(np), *e_dqkv = nan_floats(n * 3 * d);
-	float *e_g = nan_floats(n * F), *e_dg = nan_floats(n * F), *e_loss = nan_floats(n), *e_dl = nan_floats(n * V);
+	float *e_att = test_nan_floats(n * d), *e_probs = test_nan_floats(np), *e_dqkv = test_nan_floats(n * 3 * d);
+	float *e_g = test_nan_floats(n * F), *e_dg = test_nan_floats(n * F), *e_loss = test_nan_floats(n),
+	      *e_dl = test_nan_floats(n * V);
 	/* the same outputs, computed by tasks */
-	float *t_x = nan_floats(n * d), *t_dtok = copy_floats(e_dtok, V * d), *t_dpos = copy_floats(e_dpos, T * d);
-	float *t_y = nan_floats(n * d), *t_rstd = nan_floats(n), *t_dx = copy_floats(e_dx, n * d),
-	      *t_dw = nan_floats(d);
-	float *t_yl = nan_floats(n * F), *t_ylr = nan_floats(n * F), *t_dxl = nan_floats(n * d),
+	float *t_x = test_nan_floats(n * d), *t_dtok = copy_floats(e_dtok, V * d), *t_dpos = copy_floats(e_dpos, T * d);
+	float *t_y = test_nan_floats(n * d), *t_rstd = test_nan_floats(n), *t_dx = copy_floats(e_dx, n * d),
+	      *t_dw = test_nan_floats(d);
+	float *t_yl = test_nan_floats(n * F), *t_ylr = test_nan_floats(n * F), *t_dxl = test_nan_floats(n * d),
 	      *t_dwl = copy_floats(e_dwl, F * d);
-	float *t_att = nan_floats(n * d), *t_probs = nan_floats(np), *t_dqkv = nan_floats(n * 3 * d);
-	float *t_g = nan_floats(n * F), *t_dg = nan_floats(n * F), *t_loss = nan_floats(n), *t_dl = nan_floats(n * V);
+	float *t_att = test_nan_floats(n * d), *t_probs = test_nan_floats(np), *t_dqkv = test_nan_floats(n * 3 * d);
+	float *t_g = test_nan_floats(n * F), *t_dg = test_nan_floats(n * F), *t_loss = test_nan_floats(n),
+	      *t_dl = test_nan_floats(n * V);
 
 	_dos_embed_fwd_cpu(ids, tok, pos, e_x, n, T, d, DOS_FP32);
 	_dos_embed_bwd_cpu(ids, dy, e_dtok, e_dpos, n, T, d, V, 1, DOS_FP32);

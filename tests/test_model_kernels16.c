@@ -57,20 +57,12 @@ static int32_t *random_ids(size_t count, size_t bound)
 	return p;
 }
 
-/* An output array of 16-bit NaNs (an element the kernel forgets stays NaN), or of floats. */
+/* An output array of 16-bit NaNs (an element the kernel forgets stays NaN). */
 static uint16_t *nan16(size_t n, enum dos_dtype dtype)
 {
 	uint16_t *p = test_malloc(n * 2);
 	for (size_t i = 0; i < n; i++)
 		dos_store_elem(p, i, dtype, NAN);
-	return p;
-}
-
-static float *nan32(size_t n)
-{
-	float *p = test_malloc(n * sizeof(float));
-	for (size_t i = 0; i < n; i++)
-		p[i] = NAN;
 	return p;
 }
 
@@ -129,13 +121,14 @@ static void test_elementwise(enum dos_dtype dt)
 	ids[3] = ids[1];
 	struct rounded tok = rounded_random(V * D, 0, 1, dt), pos = rounded_random(T * D, 0, 1, dt);
 	uint16_t *x16 = nan16(N * D, dt);
-	float *x32 = nan32(N * D);
+	float *x32 = test_nan_floats(N * D);
 	_dos_embed_fwd_cpu(ids, tok.h, pos.h, x16, N, T, D, dt);
 	_dos_embed_fwd_cpu(ids, tok.f, pos.f, x32, N, T, D, DOS_FP32);
 	check_rounded("embed_fwd x", dt, x16, x32, N * D);
 	struct rounded g = rounded_random(N * D, 0, 1, dt);
 	for (int acc = 0; acc <= 1; acc++) {
-		float *dtok16 = nan32(V * D), *dpos16 = nan32(T * D), *dtok32 = nan32(V * D), *dpos32 = nan32(T * D);
+		float *dtok16 = test_nan_floats(V * D), *dpos16 = test_nan_floats(T * D),
+		      *dtok32 = test_nan_floats(V * D), *dpos32 = test_nan_floats(T * D);
 		if (acc)
 			for (size_t i = 0; i < V * D; i++)
 				dtok16[i] = dtok32[i] = (float)i / 64, dpos16[i % (T * D)] = dpos32[i % (T * D)] = 0.5f;
@@ -149,14 +142,15 @@ static void test_elementwise(enum dos_dtype dt)
 	/* RMSNorm */
 	struct rounded x = rounded_random(N * D, 0.3, 2, dt), w = rounded_random(D, 1, 0.2, dt);
 	uint16_t *y16 = nan16(N * D, dt);
-	float *y32 = nan32(N * D), *r16 = nan32(N), *r32 = nan32(N);
+	float *y32 = test_nan_floats(N * D), *r16 = test_nan_floats(N), *r32 = test_nan_floats(N);
 	_dos_rmsnorm_fwd_cpu(x.h, w.h, y16, r16, N, D, dt);
 	_dos_rmsnorm_fwd_cpu(x.f, w.f, y32, r32, N, D, DOS_FP32);
 	check_rounded("rmsnorm_fwd y", dt, y16, y32, N * D);
 	check_same_floats("rmsnorm_fwd rstd", dt, r16, r32, N);
 	for (int acc = 0; acc <= 1; acc++) {
 		struct rounded prior = rounded_random(N * D, 0, 1, dt);
-		float *dx32 = acc ? prior.f : nan32(N * D), *dw16 = nan32(D), *dw32 = nan32(D);
+		float *dx32 = acc ? prior.f : test_nan_floats(N * D), *dw16 = test_nan_floats(D),
+		      *dw32 = test_nan_floats(D);
 		uint16_t *dx16 = acc ? prior.h : nan16(N * D, dt);
 		_dos_rmsnorm_bwd_cpu(x.h, w.h, r16, g.h, dx16, dw16, N, D, acc, 0, dt);
 		_dos_rmsnorm_bwd_cpu(x.f, w.f, r32, g.f, dx32, dw32, N, D, acc, 0, DOS_FP32);
@@ -171,7 +165,7 @@ static void test_elementwise(enum dos_dtype dt)
 	/* GELU, over the range where it bends */
 	struct rounded u = rounded_random(N * F, 0, 3, dt), du = rounded_random(N * F, 0, 1, dt);
 	uint16_t *a16 = nan16(N * F, dt), *da16 = nan16(N * F, dt);
-	float *a32 = nan32(N * F), *da32 = nan32(N * F);
+	float *a32 = test_nan_floats(N * F), *da32 = test_nan_floats(N * F);
 	_dos_gelu_fwd_cpu(u.h, a16, N * F, dt);
 	_dos_gelu_fwd_cpu(u.f, a32, N * F, DOS_FP32);
 	check_rounded("gelu_fwd", dt, a16, a32, N * F);
@@ -182,7 +176,7 @@ static void test_elementwise(enum dos_dtype dt)
 	/* cross-entropy: the loss in fp32 from the widened logits, dlogits rounded once */
 	struct rounded logits = rounded_random(N * V, 0, 3, dt);
 	int32_t *targets = random_ids(N, V);
-	float *l16 = nan32(N), *l32 = nan32(N), *dl32 = nan32(N * V);
+	float *l16 = test_nan_floats(N), *l32 = test_nan_floats(N), *dl32 = test_nan_floats(N * V);
 	uint16_t *dl16 = nan16(N * V, dt);
 	_dos_xent_cpu(logits.h, targets, l16, dl16, N, V, 0.125f, dt);
 	_dos_xent_cpu(logits.f, targets, l32, dl32, N, V, 0.125f, DOS_FP32);
@@ -226,7 +220,7 @@ static void test_linear(enum dos_dtype dt)
 	struct rounded res = rounded_random(N * OUT, 0, 1, dt), dy = rounded_random(N * OUT, 0, 1, dt);
 	for (int with_res = 0; with_res <= 1; with_res++) {
 		uint16_t *y16 = nan16(N * OUT, dt);
-		float *y32 = nan32(N * OUT);
+		float *y32 = test_nan_floats(N * OUT);
 		_dos_linear_fwd_cpu(x.h, w.h, with_res ? res.h : NULL, y16, N, IN, OUT, dt);
 		_dos_linear_fwd_cpu(x.f, w.f, with_res ? res.f : NULL, y32, N, IN, OUT, DOS_FP32);
 		/* y[i, o] = sum_k x[i, k] w[o, k] */
@@ -237,7 +231,7 @@ static void test_linear(enum dos_dtype dt)
 	for (int acc = 0; acc <= 1; acc++) {
 		struct rounded prior_dx = rounded_random(N * IN, 0, 1, dt);
 		uint16_t *dx16 = acc ? prior_dx.h : nan16(N * IN, dt);
-		float *dx32 = acc ? prior_dx.f : nan32(N * IN), *prior_copy = NULL;
+		float *dx32 = acc ? prior_dx.f : test_nan_floats(N * IN), *prior_copy = NULL;
 		if (acc) {
 			prior_copy = test_malloc(N * IN * sizeof(float));
 			memcpy(prior_copy, prior_dx.f, N * IN * sizeof(float));
@@ -254,7 +248,7 @@ static void test_linear(enum dos_dtype dt)
 		rounded_free(&prior_dx);
 
 		/* the weight gradient stays fp32: no rounding term, only the order of the sums */
-		float *dw16 = nan32(OUT * IN), *dw32 = nan32(OUT * IN), *prior_dw = NULL;
+		float *dw16 = test_nan_floats(OUT * IN), *dw32 = test_nan_floats(OUT * IN), *prior_dw = NULL;
 		if (acc) {
 			prior_dw = test_malloc(OUT * IN * sizeof(float));
 			for (size_t i = 0; i < OUT * IN; i++)
@@ -280,7 +274,8 @@ static void test_attention(enum dos_dtype dt, size_t B, size_t T, size_t H, size
 	const double u = unit_roundoff(dt), scale = 1.0 / sqrt((double)hd);
 	struct rounded qkv = rounded_random(n * ld, 0, 1, dt), dout = rounded_random(n * d, 0, 1, dt);
 	uint16_t *out16 = nan16(n * d, dt), *p16 = nan16(np, dt), *dqkv16 = nan16(n * ld, dt);
-	float *out32 = nan32(n * d), *p32 = nan32(np), *dqkv32 = nan32(n * ld), *pw = nan32(np);
+	float *out32 = test_nan_floats(n * d), *p32 = test_nan_floats(np), *dqkv32 = test_nan_floats(n * ld),
+	      *pw = test_nan_floats(np);
 	double *bound = test_malloc((n * ld > np ? n * ld : np) * sizeof(double));
 
 	_dos_attention_fwd_cpu(qkv.h, out16, p16, B, T, H, hd, dt);

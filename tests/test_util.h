@@ -87,4 +87,13 @@ static inline void *test_malloc(size_t bytes)
 	return p;
 }
 
+/* An output array of NaNs: an element a kernel forgets to write stays NaN. */
+static inline float *test_nan_floats(size_t count)
+{
+	float *p = test_malloc(count * sizeof(float));
+	for (size_t i = 0; i < count; i++)
+		p[i] = NAN;
+	return p;
+}
+
 #endif /* DOS_TEST_UTIL_H */
