@@ -8,6 +8,10 @@
  * "WHO: error: message" for a failure (any other status), on stderr. */
 void bench_vreport(const char *who, int status, const char *usage, const char *fmt, va_list ap);
 
+/* A whole number in [min, max] written as an integer or in floating-point notation
+ * (5e9): 0 and *out set, or -1 (the caller names the option and the value). */
+int bench_parse_count(const char *text, double min, double max, double *out);
+
 /* CLOCK_MONOTONIC in seconds. */
 double bench_now_seconds(void);
 /* Median of x[0 .. n), n >= 1; sorts x in place. */

@@ -1,4 +1,7 @@
-/* Error reporting, the clock and medians, shared by the benchmark programs. */
+/* Error reporting, the command line's numbers, the clock and medians, shared by the
+ * benchmark programs. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -12,6 +15,17 @@ void bench_vreport(const char *who, int status, const char *usage, const char *f
 	fputc('\n', stderr);
 	if (status == 2 && usage)
 		fputs(usage, stderr);
+}
+
+int bench_parse_count(const char *text, double min, double max, double *out)
+{
+	char *end;
+	errno = 0;
+	double x = strtod(text, &end);
+	if (end == text || *end || errno || !(x >= min && x <= max) || x != floor(x))
+		return -1;
+	*out = x;
+	return 0;
 }
 
 double bench_now_seconds(void)

@@ -9,7 +9,6 @@
 #include "config.h"
 
 #include <cblas.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,15 +41,13 @@ static void gemm_usage_error(const char *fmt, ...)
 	exit(2);
 }
 
-static unsigned long parse_count(const char *name, const char *text, unsigned long lo, unsigned long hi)
+static int parse_count(const char *name, const char *text, double lo, double hi)
 {
-	char *end;
-	errno = 0;
-	unsigned long v = text ? strtoul(text, &end, 10) : 0;
-	if (!text || errno || end == text || *end || text[0] == '-' || v < lo || v > hi)
-		gemm_usage_error("%s %s: expected a whole number in [%lu, %lu]", name, text ? text : "(missing)", lo,
+	double v;
+	if (!text || bench_parse_count(text, lo, hi, &v))
+		gemm_usage_error("%s %s: expected a whole number in [%.0f, %.0f]", name, text ? text : "(missing)", lo,
 				 hi);
-	return v;
+	return (int)v;
 }
 
 static double cpu_sgemm_gflops(int n, int reps)
@@ -137,11 +134,11 @@ int bench_gemm(int argc, char **argv)
 	int cpu_n = 1024, gpu_n = 8192, reps = 5;
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--cpu-size"))
-			cpu_n = (int)parse_count("--cpu-size", i + 1 < argc ? argv[++i] : NULL, 16, 16384);
+			cpu_n = parse_count("--cpu-size", i + 1 < argc ? argv[++i] : NULL, 16, 16384);
 		else if (!strcmp(argv[i], "--gpu-size"))
-			gpu_n = (int)parse_count("--gpu-size", i + 1 < argc ? argv[++i] : NULL, 16, 65536);
+			gpu_n = parse_count("--gpu-size", i + 1 < argc ? argv[++i] : NULL, 16, 65536);
 		else if (!strcmp(argv[i], "--reps"))
-			reps = (int)parse_count("--reps", i + 1 < argc ? argv[++i] : NULL, 3, MAX_REPS);
+			reps = parse_count("--reps", i + 1 < argc ? argv[++i] : NULL, 3, MAX_REPS);
 		else
 			gemm_usage_error("unknown option '%s'", argv[i]);
 	}

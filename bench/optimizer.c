@@ -84,12 +84,8 @@ static void die(const char *fmt, ...)
 /* A whole number in [min, max], written as an integer or in floating-point notation (5e9). */
 static int parse_count(const char *option, const char *text, double min, double max, double *out)
 {
-	char *end;
-	errno = 0;
-	double x = strtod(text, &end);
-	if (end == text || *end || errno || !(x >= min && x <= max) || x != floor(x))
+	if (bench_parse_count(text, min, max, out))
 		return bad_usage("%s %s: expected a whole number in [%.0f, %.0f]", option, text, min, max);
-	*out = x;
 	return 0;
 }
 

@@ -71,10 +71,8 @@ struct options {
 
 static double parse_count(const char *name, const char *text, double max)
 {
-	char *end;
-	errno = 0;
-	double x = strtod(text, &end);
-	if (end == text || *end || errno || !(x >= 1 && x <= max) || x != floor(x))
+	double x;
+	if (bench_parse_count(text, 1, max, &x))
 		usage_error("%s %s: expected a whole number in [1, %.0f]", name, text, max);
 	return x;
 }
