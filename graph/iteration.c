@@ -298,6 +298,21 @@ static void exchange_weights(struct dos_optimizer *opt)
 	}
 }
 
+/* After an applied step's refresh is submitted, the 16-bit weights its updates wrote are
+ * dead: the refresh has copied them into the tensors, and the next update writes them
+ * anew. Dropped (no copy stays valid), their GPU memory is free to reuse; otherwise they
+ * are dirty data there, which StarPU writes back to the host over the link whenever it
+ * needs room (2 B per parameter, on the link the optimizer's own transfers want).
+ * The subgroup gradients are dead as well once updated, but stay: a scheduling policy
+ * may still prefetch them for their update (ours does), and StarPU refuses a prefetch
+ * of data whose invalidation has been submitted, whatever the order of the tasks. */
+static void drop_written_weights(struct dos_optimizer *opt)
+{
+	if (opt->cfg.weight_dtype != DOS_FP32)
+		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
+			starpu_data_invalidate_submit(opt->weight16_h[s]);
+}
+
 /* The global statistics (sum of squares, overflow) in subgroup order: the same bits
  * wherever each subgroup's statistics were computed, and on every rank. */
 static int global_stats(struct dos_optimizer *opt, double *sum_sq, uint32_t *overflow_subgroup)
@@ -413,6 +428,7 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 		exchange_weights(opt);
 	for (uint32_t t = 0; t < opt->map.ntensors; t++)
 		submit_refresh(opt, t);
+	drop_written_weights(opt);
 	return 0;
 }
 

@@ -64,15 +64,21 @@ static void copy_home(starpu_data_handle_t *h, uint32_t first, uint32_t end, con
 }
 
 /* Tells a starpu-dos policy what the iteration keeps on the GPU besides the optimizer's
- * state: the model's weights, gradients and activations (the micro-batches of a step may
- * run side by side), and the subgroups' gradients and 16-bit weights, which the copies
- * produce there. Other policies have nothing to be told. */
+ * state: the model's weights and activations (the micro-batches of a step may run side
+ * by side), and the subgroups' gradients and 16-bit weights, which the copies produce
+ * there. Not the tensors' fp32 gradients: they live from backward to the step's gather
+ * only (the training loop drops them after), and the policy measures that span from the
+ * tasks themselves, at a peak that depends on how backward and the gathers overlap;
+ * declaring them for the whole iteration would keep 4 B per parameter from the
+ * optimizer that the application never holds at once. Other policies have nothing to be
+ * told. */
 static void declare_gpu_memory(const struct dos_train_config *cfg, const struct dos_model *model,
 			       const struct dos_optimizer *opt)
 {
 	if (starpu_cuda_worker_get_count() == 0 || !_dos_sched_ctx_is_ours(cfg->sched_ctx))
 		return;
-	double model_bytes = (double)dos_model_gpu_bytes(model);
+	double tensor_grads = 4.0 * (double)model->nparams;
+	double model_bytes = (double)dos_model_gpu_bytes(model) - tensor_grads;
 	double activations = (double)dos_model_activation_bytes(&model->shape, model->batch, model->dtype,
 								model->checkpoint_activations);
 	dos_sched_reserve_gpu_bytes(cfg->sched_ctx, model_bytes + (cfg->accumulation > 1 ? activations : 0) +
@@ -394,6 +400,13 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		p->step = k + 1;
 		if ((err = dos_optimizer_submit_step(&opt, &p->report)))
 			break;
+		/* The step has read the tensor gradients (gathered, or sent on); the next
+		 * backward writes them before reading them (its first micro-batch does not
+		 * accumulate). Dropped now, they cost nothing to evict: otherwise StarPU writes
+		 * 4 B per parameter of dead gradients back to the host whenever it needs GPU
+		 * memory before that backward. */
+		for (uint32_t t = 0; t < model.ntensors; t++)
+			starpu_data_invalidate_submit(model.grad[t]);
 		/* the previous step while this one runs: first whether its updates left the state
 		 * finite (before anything can save it), then its loss */
 		if (have_pending && (err = finish_step(cfg, &opt, &pending[(k + 1) % 2], start, out)))
