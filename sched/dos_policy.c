@@ -611,14 +611,15 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 		fprintf(stderr,
 			"starpu-dos: %s: plan of step %llu at %.3f s: %d resident (%d already), %d staged, %d on CPU "
 			"(%d then resident); GPU budget %.3g GB (+%.3g GB in the update window), application "
-			"forecast %.3g GB (%s), GPU busy %.3g s ahead, %.3g GB may move after CPU updates; "
+			"forecast %.3g GB (%s; measured %.3g GB), GPU busy %.3g s ahead, %.3g GB may move after CPU "
+			"updates; "
 			"predicted %.4g s\n",
 			rule_name(p->rule), (unsigned long long)step, starpu_timing_now() * 1e-6,
 			count[DOS_PLACE_GPU_RESIDENT], kept, count[DOS_PLACE_GPU_TRANSIENT],
 			count[DOS_PLACE_CPU] + count[DOS_PLACE_CPU_THEN_RESIDENT], count[DOS_PLACE_CPU_THEN_RESIDENT],
 			m.gpu_budget_bytes * 1e-9, m.gpu_update_extra_bytes * 1e-9, p->stats.app_forecast_bytes * 1e-9,
-			p->stats.app_forecast_learned ? "learned" : "declared", m.gpu_busy_ahead_seconds,
-			m.promote_bytes * 1e-9, p->stats.last_predicted_seconds);
+			p->stats.app_forecast_learned ? "learned" : "declared", f->iteration_peak_bytes * 1e-9,
+			m.gpu_busy_ahead_seconds, m.promote_bytes * 1e-9, p->stats.last_predicted_seconds);
 	}
 	s->planned = 1;
 	free(sg);
@@ -758,13 +759,45 @@ static int push_task(struct starpu_task *task)
 	return 0;
 }
 
+/* Whether every buffer `task` reads is valid on memory node `node` already. */
+static int inputs_on_node(struct starpu_task *task, unsigned node)
+{
+	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
+		if ((STARPU_TASK_GET_MODE(task, b) & STARPU_R) &&
+		    !starpu_data_is_on_node(STARPU_TASK_GET_HANDLE(task, b), node))
+			return 0;
+	return 1;
+}
+
+/* The next task of GPU worker w's queue. A worker runs its tasks in order, and one whose
+ * inputs are still to cross the link holds up every task behind it: a GPU update whose
+ * state is still being fetched (staged state, 1 GB or more per subgroup) would stall
+ * the end of backward for that long, and with it the gradients every other update waits
+ * for. So such an update yields to the first task that can run now; it runs when its
+ * inputs have arrived, or when nothing else is queued. */
+static struct starpu_task *pop_gpu_queue(struct starpu_task_list *queue, int w)
+{
+	struct starpu_task *front = starpu_task_list_front(queue);
+	unsigned node = starpu_worker_get_memory_node((unsigned)w);
+	if (front->cl == &_dos_adam_codelet && !inputs_on_node(front, node))
+		for (struct starpu_task *t = starpu_task_list_next(front); t != starpu_task_list_end(queue);
+		     t = starpu_task_list_next(t))
+			if (t->cl != &_dos_adam_codelet || inputs_on_node(t, node)) {
+				starpu_task_list_erase(queue, t);
+				return t;
+			}
+	return starpu_task_list_pop_front(queue);
+}
+
 static struct starpu_task *pop_task(unsigned sched_ctx)
 {
 	struct policy *p = policy_of(sched_ctx);
 	int w = starpu_worker_get_id_check();
 	/* called with this worker's scheduling mutex held */
 	if (!starpu_task_list_empty(&p->queue[w])) {
-		struct starpu_task *task = starpu_task_list_pop_front(&p->queue[w]);
+		struct starpu_task *task = starpu_worker_get_type(w) == STARPU_CUDA_WORKER
+						   ? pop_gpu_queue(&p->queue[w], w)
+						   : starpu_task_list_pop_front(&p->queue[w]);
 		if (isfinite(task->predicted))
 			p->queued_us[w] = fmax(0.0, p->queued_us[w] - task->predicted);
 		return task;
