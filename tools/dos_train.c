@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "dos.h"
 #include "timeline.h"
 #include "train.h"
@@ -280,6 +281,8 @@ struct progress {
 	double first_loss, last_loss;
 	double first_sum, recent[LOSS_WINDOW];
 	uint64_t skipped, seen;
+	double *loss_at; /* [seen]: seconds into the run when each step's loss was known */
+	uint64_t loss_at_cap;
 };
 
 static void format_duration(double s, char *buf, size_t size)
@@ -300,6 +303,14 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 	pr->last_loss = p->loss;
 	if (pr->seen < LOSS_WINDOW)
 		pr->first_sum += p->loss;
+	if (pr->seen == pr->loss_at_cap) {
+		uint64_t cap = pr->loss_at_cap ? 2 * pr->loss_at_cap : 64;
+		double *grown = realloc(pr->loss_at, cap * sizeof *grown);
+		if (grown)
+			pr->loss_at = grown, pr->loss_at_cap = cap;
+	}
+	if (pr->seen < pr->loss_at_cap)
+		pr->loss_at[pr->seen] = p->elapsed;
 	pr->recent[pr->seen++ % LOSS_WINDOW] = p->loss;
 	pr->skipped += !p->applied;
 	if (pr->quiet)
@@ -316,6 +327,23 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 	       (unsigned long long)p->step, (unsigned long long)p->steps, loss_text, rate, eta_text,
 	       p->applied ? "" : "  (skipped: overflow)", pr->tty ? "   " : "\n");
 	fflush(stdout);
+}
+
+/* The steady iteration time: the median interval between one step's loss and the next
+ * (a whole iteration: backward, update, next forward), so that one-time costs of the
+ * first steps (a policy moving state onto the GPU for good, calibration) do not weigh
+ * as they do in the mean over a short run. Prints nothing under 3 steps. */
+static void print_steady_iteration(struct progress *pr, const char *clock)
+{
+	uint64_t n = pr->seen <= pr->loss_at_cap ? pr->seen : 0;
+	if (n < 3)
+		return;
+	double first = pr->loss_at[1] - pr->loss_at[0];
+	for (uint64_t i = 0; i + 1 < n; i++)
+		pr->loss_at[i] = pr->loss_at[i + 1] - pr->loss_at[i];
+	printf("summary: steady iteration %.3f%s s (median of the %llu intervals between consecutive steps' "
+	       "losses; the first %.3f s)\n",
+	       bench_median(pr->loss_at, (int)(n - 1)), clock, (unsigned long long)(n - 1), first);
 }
 
 /* ---- files: the default corpus, --dump (the options are train_options.c's) ------------- */
@@ -590,6 +618,8 @@ int main(int argc, char **argv)
 		       (unsigned long long)window, pr.first_sum / (double)window, (unsigned long long)window,
 		       recent_sum / (double)window);
 	}
+	print_steady_iteration(&pr, clock);
+	free(pr.loss_at);
 	printf("summary: task time by phase (summed over workers):");
 	for (int p = 0; p < PHASE_COUNT; p++)
 		printf(" %s %.2f s%s", phase_names[p], acc.busy[p], p + 1 < PHASE_COUNT ? "," : "\n");
