@@ -17,7 +17,9 @@
  *  - GPU-transient state is written back (starpu_data_wont_use) as soon as its update
  *    ends, so the link works during the rest of the phase and memory is freed;
  *  - GPU-resident state stays on the GPU across steps, and is found there by the next
- *    plan: no transfer at all, while memory allows.
+ *    plan: no transfer at all, while memory allows;
+ *  - on the GPU, an update whose inputs are still crossing the link yields to the tasks
+ *    queued behind it that can run now (the end of backward), instead of holding them up.
  * docs/policy.md explains the algorithm.
  * The policy names select the placement rule: "dos" (the plan above), "all-cpu"
  * (ZeRO-Offload), "stride" (the DOS prototype: every k-th subgroup, k = DOS_STRIDE_K,
