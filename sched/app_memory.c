@@ -120,6 +120,19 @@ void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double byte
 	e->always_there = always_there != 0;
 }
 
+void _dos_app_memory_update_use(struct dos_app_memory *am, const void *key, double bytes, int reads, double when)
+{
+	if (!am->started || !am->capacity)
+		return;
+	if (!reads) {
+		_dos_app_memory_use(am, key, bytes, 0, 0, when, when);
+		return;
+	}
+	struct dos_app_entry *e = &am->entries[slot_of(am, key)];
+	if (e->key == key && e->seen && !e->excluded)
+		e->last = fmax(e->last, when);
+}
+
 void _dos_app_memory_task(struct dos_app_memory *am, double start, double end)
 {
 	if (am->started && end > start)

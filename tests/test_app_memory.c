@@ -4,7 +4,8 @@
  * their writer to their last reader, data homed on the GPU live throughout, the
  * optimizer's own data never counted; the peak over the iteration and within the update
  * window; the first window (start to first plan) flagged as such; data unused in an
- * iteration forgotten. */
+ * iteration forgotten; the optimizer's gradient and 16-bit weight copies from the task
+ * that makes them on the GPU to the update or refresh that last uses them. */
 #include "app_memory.h"
 #include "test_util.h"
 
@@ -72,6 +73,24 @@ int main(void)
 		task(&am, 21, 22, &many[i], 1, 0, 1);
 	_dos_app_memory_plan(&am, 30.0);
 	CHECK(am.last.iteration_peak_bytes == 5000, "5000 one-byte values read: peak %g", am.last.iteration_peak_bytes);
+
+	/* The optimizer's copies (neither state nor homed on the GPU): a gradient that the
+	 * gather writes on the GPU at [31, 32] lives until the update that reads it ends, at
+	 * 36, wherever that update ran; an activation [34, 35.5] overlaps it (20 + 50). A
+	 * gradient no GPU task made (an update on the CPU of a host gradient) is not counted:
+	 * were it, as carried in, the peak would be 1070. The 16-bit weights an update writes
+	 * at 37 live until the refresh reads them at [38, 39]. */
+	static const char grad = 0, host_grad = 0, w16 = 0;
+	task(&am, 31, 32, &grad, 20, 0, 0);
+	task(&am, 34, 35, &act, 50, 0, 0);
+	task(&am, 35, 35.5, &act, 50, 0, 1);
+	_dos_app_memory_update_use(&am, &grad, 20, 1, 36);
+	_dos_app_memory_update_use(&am, &host_grad, 1000, 1, 36);
+	_dos_app_memory_update_use(&am, &w16, 10, 0, 37);
+	task(&am, 38, 39, &w16, 10, 0, 1);
+	_dos_app_memory_plan(&am, 40.0);
+	CHECK(am.last.iteration_peak_bytes == 70, "optimizer copies: peak %g, expected 70 (gradient + activation)",
+	      am.last.iteration_peak_bytes);
 	_dos_app_memory_free(&am);
 	printf("app memory forecast: peaks, windows and exclusions as worked out by hand\n");
 	return 0;
