@@ -50,11 +50,23 @@ enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
 /* Updates of the planned step, in plan order, whose inputs (buffers first..last) are
  * fetched to `node` `ahead` tasks ahead of the workers that run them: each update that
  * ends starts the next fetch, so transfers run ahead of the work without taking more
- * memory than the plan allows. */
+ * memory than the plan allows.
+ * Two kinds of fetch. The state (buffers 0-2, the optimizer's own, always initialised) is
+ * fetched by handle as soon as the window reaches it, even before the update is ready
+ * (staged state during backward). The gradient and the 16-bit weights belong to the
+ * step: an application may drop them once consumed (the training graph does, so that
+ * StarPU never writes dead data back), and StarPU refuses a handle prefetch once such a
+ * drop has been submitted, whatever the order of the tasks; so they are fetched with the
+ * task itself (starpu_prefetch_task_input_on_node), once it is ready (pushed) and the
+ * window has reached it. */
 struct fetch_entry {
-	starpu_data_handle_t handle[4]; /* copied at plan time: the task may be gone later */
+	starpu_data_handle_t handle[3]; /* state, copied at plan time: the task may be gone later */
 	int nhandles;
-	int started; /* the update began: fetching for it now would be late or stale */
+	int fetch_task_inputs;    /* the window covers buffers beyond the state */
+	struct starpu_task *task; /* valid from push to start only (the plan lock held) */
+	int pushed;               /* ready: the task-level fetch may run */
+	int task_fetched;         /* it did (StarPU allows one per task) */
+	int started;              /* the update began: fetching for it now would be late or stale */
 };
 
 struct prefetch_request {
@@ -291,6 +303,12 @@ static struct step_tasks *slot_for_submission(struct policy *p, uint64_t step)
 	return s;
 }
 
+static int home_is_gpu(starpu_data_handle_t h)
+{
+	int home = starpu_data_get_home_node(h);
+	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CUDA_RAM;
+}
+
 static void submit_hook(struct starpu_task *task)
 {
 	uint64_t step;
@@ -310,12 +328,16 @@ static void submit_hook(struct starpu_task *task)
 	}
 	s->tasks[s->n++] = task;
 	task->sched_data = NULL;
-	/* every buffer of an update (state, gradient, 16-bit weights) is planned for as the
-	 * optimizer's (resident or staged state, inputs homed on the GPU): not the
-	 * application's memory, even where its tasks use it too (an fp32 model's refresh
-	 * reads the master weights) */
+	/* The state and the inputs homed on the GPU are planned for as the optimizer's
+	 * (resident or staged state, gpu_homed_inputs_bytes): not the application's memory,
+	 * even where its tasks use them too (an fp32 model's refresh reads the master
+	 * weights). A gradient or 16-bit weights with no home on the GPU is measured with the
+	 * application's data: its GPU copy lives from the task that makes it there (the
+	 * gather, the GPU update) to the last that uses it (the update, the refresh), which
+	 * post_exec_hook records for the update. */
 	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		_dos_app_memory_exclude(&p->app_memory, STARPU_TASK_GET_HANDLE(task, b));
+		if (b < 3 || home_is_gpu(STARPU_TASK_GET_HANDLE(task, b)))
+			_dos_app_memory_exclude(&p->app_memory, STARPU_TASK_GET_HANDLE(task, b));
 	unlock_plan(p);
 }
 
@@ -334,12 +356,6 @@ static int state_on_gpu(struct starpu_task *update, int gpu)
 		if (!on_gpu(STARPU_TASK_GET_HANDLE(update, b), gpu))
 			return 0;
 	return 1;
-}
-
-static int home_is_gpu(starpu_data_handle_t h)
-{
-	int home = starpu_data_get_home_node(h);
-	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CUDA_RAM;
 }
 
 /* Whether some memory node holds a valid copy of h. A gradient that a task of this step
@@ -417,6 +433,17 @@ static void window_reset(struct fetch_window *w, int capacity, int first, int la
 	w->node = node;
 }
 
+/* The task-level fetch of entry i's update (plan lock held: the update cannot start, so
+ * the task stays valid; a task prefetch releases no other task, unlike a handle one). */
+static void fetch_task_inputs(struct fetch_window *w, int i)
+{
+	struct fetch_entry *e = &w->entries[i];
+	if (!e->fetch_task_inputs || !e->pushed || e->started || e->task_fetched || e->task->prefetched)
+		return;
+	e->task_fetched = 1;
+	starpu_prefetch_task_input_on_node_prio(e->task, (unsigned)w->node, w->n - i);
+}
+
 /* Starts fetches until `ahead` are in flight or done beyond the updates that ended. */
 static void window_advance(struct policy *p, struct fetch_window *w, int ended)
 {
@@ -424,6 +451,7 @@ static void window_advance(struct policy *p, struct fetch_window *w, int ended)
 		const struct fetch_entry *e = &w->entries[w->next];
 		for (int h = 0; h < e->nhandles && !e->started; h++)
 			defer_prefetch(p, e->handle[h], (unsigned)w->node, w->n - w->next, 0);
+		fetch_task_inputs(w, w->next);
 	}
 }
 
@@ -431,9 +459,8 @@ static void window_advance(struct policy *p, struct fetch_window *w, int ended)
 static int window_add(struct fetch_window *w, struct starpu_task *task)
 {
 	struct fetch_entry *e = &w->entries[w->n];
-	e->started = 0;
-	e->nhandles = 0;
-	for (int b = w->first_buffer; b <= w->last_buffer && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
+	*e = (struct fetch_entry){.task = task, .fetch_task_inputs = w->last_buffer >= 3};
+	for (int b = w->first_buffer; b <= w->last_buffer && b < 3 && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
 		e->handle[e->nhandles++] = STARPU_TASK_GET_HANDLE(task, b);
 	return w->n++;
 }
@@ -639,7 +666,7 @@ static void push_to_worker(struct policy *p, struct starpu_task *task, int worke
 	task->predicted = predicted_us;
 	/* before the task is visible: once queued, a worker may run and free it (and the
 	 * handles it was the last user of) at any moment */
-	if (prefetch && starpu_get_prefetch_flag())
+	if (prefetch && starpu_get_prefetch_flag() && !task->prefetched) /* StarPU allows one */
 		starpu_prefetch_task_input_for(task, (unsigned)worker);
 	starpu_worker_lock(worker);
 	starpu_task_list_push_back(&p->queue[worker], task);
@@ -741,6 +768,14 @@ static int push_task(struct starpu_task *task)
 				p->stats.cpu_updates++;
 			else
 				p->stats.gpu_updates++;
+			if (TAG_GENERATION(task->sched_data) == p->generation) {
+				/* ready now: its gradient may be fetched, if its window is there */
+				struct fetch_window *w = window_of(p, place);
+				int i = TAG_INDEX(task->sched_data);
+				w->entries[i].pushed = 1;
+				if (i < w->next)
+					fetch_task_inputs(w, i);
+			}
 		}
 		unlock_plan(p);
 		if (starpu_worker_get_id() < 0) /* the application's thread, submitting */
@@ -874,6 +909,17 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	task->sched_data = NULL;
 	int on_cuda = starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER;
 	struct policy *p = policy_of(sched_ctx);
+	if (p->gpu_node >= 0) { /* the span of its gradient's and 16-bit weights' GPU copies */
+		double now = starpu_timing_now() * 1e-6;
+		lock_plan(p);
+		for (int b = 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
+			starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
+			if (!home_is_gpu(h))
+				_dos_app_memory_update_use(&p->app_memory, h, (double)starpu_data_get_size(h),
+							   (STARPU_TASK_GET_MODE(task, b) & STARPU_R) != 0, now);
+		}
+		unlock_plan(p);
+	}
 	if (place == DOS_PLACE_CPU_THEN_RESIDENT && !on_cuda && p->gpu_node >= 0) {
 		/* its state moves to the GPU now that the CPU has updated it, when the link has
 		 * nothing else to do (the next forward and backward): resident next step */
