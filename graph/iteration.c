@@ -298,19 +298,25 @@ static void exchange_weights(struct dos_optimizer *opt)
 	}
 }
 
-/* After an applied step's refresh is submitted, the 16-bit weights its updates wrote are
- * dead: the refresh has copied them into the tensors, and the next update writes them
- * anew. Dropped (no copy stays valid), their GPU memory is free to reuse; otherwise they
- * are dirty data there, which StarPU writes back to the host over the link whenever it
- * needs room (2 B per parameter, on the link the optimizer's own transfers want).
- * The subgroup gradients are dead as well once updated, but stay: a scheduling policy
- * may still prefetch them for their update (ours does), and StarPU refuses a prefetch
- * of data whose invalidation has been submitted, whatever the order of the tasks. */
-static void drop_written_weights(struct dos_optimizer *opt)
+/* Once the step's last reader of them is submitted, the subgroup gradients (each step
+ * gathers them anew) and, on an applied step, the 16-bit weights its updates wrote (the
+ * refresh has copied them into the tensors; the next update writes them anew) are dead.
+ * Dropped (no copy stays valid), their GPU memory is free to reuse; otherwise they are
+ * dirty data there, which StarPU writes back to the host over the link whenever it needs
+ * room: 4 B per parameter in 16-bit training, on the link the optimizer's own transfers
+ * want. Each rank drops the gradients it wrote: all of them on the rank that gathers, its
+ * own subgroups' on the others. */
+static void drop_consumed(struct dos_optimizer *opt, int applied)
 {
-	if (opt->cfg.weight_dtype != DOS_FP32)
-		for (uint32_t s = 0; s < opt->map.nsubgroups; s++)
+	const struct dos_data_parallel *dp = &opt->cfg.dp;
+	uint32_t N = opt->map.nsubgroups;
+	int gathers = dp->rank == dos_dp_size(dp) - 1;
+	for (uint32_t s = 0; s < N; s++) {
+		if (gathers || dos_dp_owner(dp, N, s) == dp->rank)
+			starpu_data_invalidate_submit(opt->grad_h[s]);
+		if (applied && opt->cfg.weight_dtype != DOS_FP32)
 			starpu_data_invalidate_submit(opt->weight16_h[s]);
+	}
 }
 
 /* The global statistics (sum of squares, overflow) in subgroup order: the same bits
@@ -371,6 +377,7 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 			return err;
 		if (report->overflow_subgroup != UINT32_MAX) {
 			/* inf/nan somewhere: the step is dropped and the state stays bit-for-bit */
+			drop_consumed(opt, 0);
 			report->applied = 0;
 			opt->skipped_steps++;
 			if (c->dynamic_loss_scale) {
@@ -428,7 +435,7 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 		exchange_weights(opt);
 	for (uint32_t t = 0; t < opt->map.ntensors; t++)
 		submit_refresh(opt, t);
-	drop_written_weights(opt);
+	drop_consumed(opt, 1);
 	return 0;
 }
 
@@ -481,14 +488,6 @@ void dos_optimizer_rebuild_weights(struct dos_optimizer *opt)
 		exchange_weights(opt);
 	for (uint32_t t = 0; t < opt->map.ntensors; t++)
 		submit_refresh(opt, t);
-}
-
-double dos_optimizer_gpu_copies_bytes(const struct dos_optimizer *opt)
-{
-	if (!opt->copies_on_gpu)
-		return 0;
-	double per_param = (double)dos_dtype_size(opt->cfg.grad_dtype) + (opt->cfg.weight_dtype == DOS_FP32 ? 0 : 2);
-	return per_param * (double)opt->map.nparams;
 }
 
 int dos_optimizer_update_nonfinite(struct dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,

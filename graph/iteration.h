@@ -139,9 +139,5 @@ int dos_optimizer_check_finite(const struct dos_optimizer *opt, uint64_t steps_d
  * first): after a checkpoint's state was loaded into opt->master, the next forward then
  * reads exactly what it would have read without the interruption. */
 void dos_optimizer_rebuild_weights(struct dos_optimizer *opt);
-/* GPU memory the optimizer's own copies keep there during a step besides the state (the
- * subgroups' gradients and 16-bit weights, when the copies run on the GPU), for the
- * declaration to the dos policy (dos_sched_reserve_gpu_bytes). */
-double dos_optimizer_gpu_copies_bytes(const struct dos_optimizer *opt);
 
 #endif /* DOS_ITERATION_H */

@@ -138,12 +138,6 @@ uint64_t dos_model_activation_bytes(const struct dos_model_shape *s, uint32_t ba
 	return dos_dtype_size(dtype) * (saved + head + transients) + 4 * (saved_rows + 2 * n);
 }
 
-uint64_t dos_model_gpu_bytes(const struct dos_model *m)
-{
-	return (dos_dtype_size(m->dtype) + 4) * m->nparams +
-	       dos_model_activation_bytes(&m->shape, m->batch, m->dtype, m->checkpoint_activations);
-}
-
 int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
 		     enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx)
 {

@@ -82,9 +82,6 @@ void dos_model_destroy(struct dos_model *model);
  * about half of fp32's (the few fp32 ones: RMSNorm's rstd, the per-token losses). */
 uint64_t dos_model_activation_bytes(const struct dos_model_shape *shape, uint32_t batch, enum dos_dtype dtype,
 				    int checkpoint_activations);
-/* GPU memory forward and backward of one micro-batch keep at their peak: working weights
- * (of the model dtype), fp32 weight gradients and dos_model_activation_bytes. */
-uint64_t dos_model_gpu_bytes(const struct dos_model *model);
 
 /* Submits forward and backward of one micro-batch (ids and targets: int32 handles of
  * batch * seq_len tokens, unregistered here after their last use). Gradients are written

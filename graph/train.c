@@ -64,25 +64,21 @@ static void copy_home(starpu_data_handle_t *h, uint32_t first, uint32_t end, con
 }
 
 /* Tells a starpu-dos policy what the iteration keeps on the GPU besides the optimizer's
- * state: the model's weights and activations (the micro-batches of a step may run side
- * by side), and the subgroups' gradients and 16-bit weights, which the copies produce
- * there. Not the tensors' fp32 gradients: they live from backward to the step's gather
- * only (the training loop drops them after), and the policy measures that span from the
- * tasks themselves, at a peak that depends on how backward and the gathers overlap;
- * declaring them for the whole iteration would keep 4 B per parameter from the
- * optimizer that the application never holds at once. Other policies have nothing to be
- * told. */
-static void declare_gpu_memory(const struct dos_train_config *cfg, const struct dos_model *model,
-			       const struct dos_optimizer *opt)
+ * state: the model's working weights (throughout) and a micro-batch's activations at
+ * their peak (two when micro-batches of a step may run side by side). Not what lives for part of the iteration only,
+ * which the policy measures from the tasks themselves: the tensors' fp32 gradients (from backward to the gather; the
+ * loop drops them after the step), the subgroups' gradients (from the gather to their update) and 16-bit weights (from
+ * their update to the refresh), which the optimizer drops once used. Declared for the whole iteration they would keep
+ * from the optimizer's state up to 8 B per parameter that the application never holds at once. Other policies have
+ * nothing to be told. */
+static void declare_gpu_memory(const struct dos_train_config *cfg, const struct dos_model *model)
 {
 	if (starpu_cuda_worker_get_count() == 0 || !_dos_sched_ctx_is_ours(cfg->sched_ctx))
 		return;
-	double tensor_grads = 4.0 * (double)model->nparams;
-	double model_bytes = (double)dos_model_gpu_bytes(model) - tensor_grads;
+	double weights = (double)dos_dtype_size(model->dtype) * (double)model->nparams;
 	double activations = (double)dos_model_activation_bytes(&model->shape, model->batch, model->dtype,
 								model->checkpoint_activations);
-	dos_sched_reserve_gpu_bytes(cfg->sched_ctx, model_bytes + (cfg->accumulation > 1 ? activations : 0) +
-							    dos_optimizer_gpu_copies_bytes(opt));
+	dos_sched_reserve_gpu_bytes(cfg->sched_ctx, weights + activations * (cfg->accumulation > 1 ? 2 : 1));
 }
 
 /* The checkpoint's description of this run after `steps_done` steps. */
@@ -335,7 +331,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	opt.hook = cfg->hook;
 	opt.hook_arg = cfg->hook_arg;
 
-	declare_gpu_memory(cfg, &model, &opt);
+	declare_gpu_memory(cfg, &model);
 	uint64_t first_step = 0;
 	if (cfg->resume && DOS_VALUES_ARE_REAL)
 		err = resume_from_checkpoint(cfg, &model, &opt, &corpus, &first_step);

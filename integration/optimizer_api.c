@@ -484,11 +484,12 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 	}
 	opt->inner.hook = record_task;
 	opt->inner.hook_arg = opt;
-	/* what the GPU keeps besides the state, so that the dos plan leaves it room */
+	/* what the application keeps on the GPU, so that the dos plan leaves it room (the
+	 * optimizer's gradient and 16-bit weight copies live from their producer to their
+	 * consumer only, and the policy measures that span) */
 	struct dos_sched_stats probe;
 	if (starpu_cuda_worker_get_count() > 0 && dos_sched_get_stats(opt->sched_ctx, &probe) == 0)
-		dos_sched_reserve_gpu_bytes(opt->sched_ctx,
-					    cfg->app_gpu_bytes + dos_optimizer_gpu_copies_bytes(&opt->inner));
+		dos_sched_reserve_gpu_bytes(opt->sched_ctx, cfg->app_gpu_bytes);
 	*out = opt;
 	return 0;
 }
