@@ -51,18 +51,18 @@ enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
  * fetched to `node` `ahead` tasks ahead of the workers that run them: each update that
  * ends starts the next fetch, so transfers run ahead of the work without taking more
  * memory than the plan allows.
- * Two kinds of fetch. The state (buffers 0-2, the optimizer's own, always initialised) is
- * fetched by handle as soon as the window reaches it, even before the update is ready
- * (staged state during backward). The gradient and the 16-bit weights belong to the
- * step: an application may drop them once consumed (the training graph does, so that
+ * Two kinds of fetch. The state (buffers 0-2, the optimizer's own) and inputs with a home
+ * node are fetched by handle as soon as the window reaches them, even before the update
+ * is ready (staged state during backward). A gradient or 16-bit weights with no home is
+ * data the step produces and may drop once consumed (the training graph does, so that
  * StarPU never writes dead data back), and StarPU refuses a handle prefetch once such a
- * drop has been submitted, whatever the order of the tasks; so they are fetched with the
- * task itself (starpu_prefetch_task_input_on_node), once it is ready (pushed) and the
+ * drop has been submitted, whatever the order of the tasks; so those are fetched with
+ * the task itself (starpu_prefetch_task_input_on_node), once it is ready (pushed) and the
  * window has reached it. */
 struct fetch_entry {
-	starpu_data_handle_t handle[3]; /* state, copied at plan time: the task may be gone later */
+	starpu_data_handle_t handle[4]; /* copied at plan time: the task may be gone later */
 	int nhandles;
-	int fetch_task_inputs;    /* the window covers buffers beyond the state */
+	int fetch_task_inputs;    /* some input of the window has no home: fetch with the task */
 	struct starpu_task *task; /* valid from push to start only (the plan lock held) */
 	int pushed;               /* ready: the task-level fetch may run */
 	int task_fetched;         /* it did (StarPU allows one per task) */
@@ -459,9 +459,14 @@ static void window_advance(struct policy *p, struct fetch_window *w, int ended)
 static int window_add(struct fetch_window *w, struct starpu_task *task)
 {
 	struct fetch_entry *e = &w->entries[w->n];
-	*e = (struct fetch_entry){.task = task, .fetch_task_inputs = w->last_buffer >= 3};
-	for (int b = w->first_buffer; b <= w->last_buffer && b < 3 && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		e->handle[e->nhandles++] = STARPU_TASK_GET_HANDLE(task, b);
+	*e = (struct fetch_entry){.task = task};
+	for (int b = w->first_buffer; b <= w->last_buffer && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
+		starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
+		if (b < 3 || starpu_data_get_home_node(h) >= 0)
+			e->handle[e->nhandles++] = h;
+		else
+			e->fetch_task_inputs = 1;
+	}
 	return w->n++;
 }
 
