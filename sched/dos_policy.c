@@ -815,8 +815,11 @@ static int inputs_on_node(struct starpu_task *task, unsigned node)
  * inputs are still to cross the link holds up every task behind it: a GPU update whose
  * state is still being fetched (staged state, 1 GB or more per subgroup) would stall
  * the end of backward for that long, and with it the gradients every other update waits
- * for. So such an update yields to the first task that can run now; it runs when its
- * inputs have arrived, or when nothing else is queued. */
+ * for. So such an update yields to the first application task queued behind it; it runs
+ * when its inputs have arrived, or when no application task is queued. Updates keep
+ * their plan order among themselves: the fetch windows follow it (taking a later update
+ * whose state happened to arrive first cost 15 % on the simulated 20B a100-pcie4
+ * update phase). */
 static struct starpu_task *pop_gpu_queue(struct starpu_task_list *queue, int w)
 {
 	struct starpu_task *front = starpu_task_list_front(queue);
@@ -824,7 +827,7 @@ static struct starpu_task *pop_gpu_queue(struct starpu_task_list *queue, int w)
 	if (front->cl == &_dos_adam_codelet && !inputs_on_node(front, node))
 		for (struct starpu_task *t = starpu_task_list_next(front); t != starpu_task_list_end(queue);
 		     t = starpu_task_list_next(t))
-			if (t->cl != &_dos_adam_codelet || inputs_on_node(t, node)) {
+			if (t->cl != &_dos_adam_codelet) {
 				starpu_task_list_erase(queue, t);
 				return t;
 			}
@@ -920,7 +923,7 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		for (int b = 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
 			starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
 			if (!home_is_gpu(h))
-				_dos_app_memory_update_use(&p->app_memory, h, (double)starpu_data_get_size(h),
+				_dos_app_memory_update_use(&p->app_memory, h,
 							   (STARPU_TASK_GET_MODE(task, b) & STARPU_R) != 0, now);
 		}
 		unlock_plan(p);
