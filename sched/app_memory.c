@@ -108,10 +108,12 @@ void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double byte
 	if (e->excluded)
 		return;
 	if (!e->seen) {
+		/* a value an update wrote in this iteration did not come from before */
 		e->seen = 1;
-		e->carried_in = reads != 0;
-		e->first = start;
+		e->carried_in = reads != 0 && !e->update_wrote;
+		e->first = e->update_wrote ? fmin(start, e->update_wrote_at) : start;
 		e->last = end;
+		e->update_wrote = 0;
 	} else {
 		e->first = fmin(e->first, start);
 		e->last = fmax(e->last, end);
@@ -120,12 +122,20 @@ void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double byte
 	e->always_there = always_there != 0;
 }
 
-void _dos_app_memory_update_use(struct dos_app_memory *am, const void *key, double bytes, int reads, double when)
+void _dos_app_memory_update_use(struct dos_app_memory *am, const void *key, int reads, double when)
 {
 	if (!am->started || !am->capacity)
 		return;
 	if (!reads) {
-		_dos_app_memory_use(am, key, bytes, 0, 0, when, when);
+		struct dos_app_entry *e = entry(am, key);
+		if (!e)
+			am->incomplete = 1;
+		else if (e->seen)
+			e->last = fmax(e->last, when);
+		else if (!e->update_wrote) { /* live from here if an application task reads it */
+			e->update_wrote = 1;
+			e->update_wrote_at = when;
+		}
 		return;
 	}
 	struct dos_app_entry *e = &am->entries[slot_of(am, key)];
@@ -209,7 +219,7 @@ void _dos_app_memory_plan(struct dos_app_memory *am, double now)
 	if (am->capacity)
 		(void)rebuild(am, am->capacity, 1); /* when out of memory, the old table serves */
 	for (unsigned long i = 0; i < am->capacity; i++)
-		am->entries[i].seen = 0;
+		am->entries[i].seen = am->entries[i].update_wrote = 0;
 	am->incomplete = 0;
 	am->started = 1;
 	am->begin = now;

@@ -24,6 +24,8 @@ struct dos_app_entry {
 	unsigned char always_there; /* homed on the GPU: occupies it from start to end */
 	unsigned char carried_in;   /* first read in the iteration: its value came from before */
 	unsigned char excluded;     /* the optimizer's own (planned for separately) */
+	unsigned char update_wrote; /* an update wrote it this iteration, no GPU task used it yet */
+	double update_wrote_at;
 };
 
 struct dos_app_memory {
@@ -50,13 +52,13 @@ void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double byte
 			 double start, double end);
 void _dos_app_memory_task(struct dos_app_memory *am, double start, double end);
 
-/* An optimizer update used `key` (`bytes`), one of its inputs or outputs that are not its
+/* An optimizer update used `key`, one of its inputs or outputs that are not its
  * state (a gradient, 16-bit weights: the application's tasks produce or read them on the
  * GPU), when it ended at `when`, on whichever worker. A read extends the live span of a
  * value the application's GPU tasks made (nothing when none did: it was not on the GPU);
- * a write starts one, which they then read (the 16-bit weights that the refresh copies
- * into the tensors). */
-void _dos_app_memory_update_use(struct dos_app_memory *am, const void *key, double bytes, int reads, double when);
+ * a write starts one if a GPU task of the application then reads it (the 16-bit weights
+ * that the refresh copies into the tensors), and counts for nothing otherwise. */
+void _dos_app_memory_update_use(struct dos_app_memory *am, const void *key, int reads, double when);
 
 /* An update of the current iteration's plan ended at `when`: its update window lasts at
  * least until then. */

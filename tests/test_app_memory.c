@@ -78,15 +78,16 @@ int main(void)
 	 * gather writes on the GPU at [31, 32] lives until the update that reads it ends, at
 	 * 36, wherever that update ran; an activation [34, 35.5] overlaps it (20 + 50). A
 	 * gradient no GPU task made (an update on the CPU of a host gradient) is not counted:
-	 * were it, as carried in, the peak would be 1070. The 16-bit weights an update writes
-	 * at 37 live until the refresh reads them at [38, 39]. */
+	 * the update's read of it records nothing. The 16-bit weights an update writes
+	 * at 37 live until the refresh reads them at [38, 39] (were they carried in, from 30,
+	 * 10 more at the peak). */
 	static const char grad = 0, host_grad = 0, w16 = 0;
 	task(&am, 31, 32, &grad, 20, 0, 0);
 	task(&am, 34, 35, &act, 50, 0, 0);
 	task(&am, 35, 35.5, &act, 50, 0, 1);
-	_dos_app_memory_update_use(&am, &grad, 20, 1, 36);
-	_dos_app_memory_update_use(&am, &host_grad, 1000, 1, 36);
-	_dos_app_memory_update_use(&am, &w16, 10, 0, 37);
+	_dos_app_memory_update_use(&am, &grad, 1, 36);
+	_dos_app_memory_update_use(&am, &host_grad, 1, 36);
+	_dos_app_memory_update_use(&am, &w16, 0, 37);
 	task(&am, 38, 39, &w16, 10, 0, 1);
 	_dos_app_memory_plan(&am, 40.0);
 	CHECK(am.last.iteration_peak_bytes == 70, "optimizer copies: peak %g, expected 70 (gradient + activation)",
