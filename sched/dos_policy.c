@@ -115,7 +115,10 @@ struct policy {
 	uint32_t generation;                 /* of the current plan (and windows) */
 	struct deferred_prefetches deferred; /* decided under the plan lock, issued after */
 	int said_no_gpu_room;                /* the no-GPU-room warning is printed once */
-	int verbose;                         /* DOS_SCHED_VERBOSE: 1 a summary, 2 also each plan */
+	/* staged state is written home as its update ends (post_exec_hook), not lazily: the
+	 * GPU cannot keep it beside the resident state until the next update phase */
+	int eager_writeback;
+	int verbose; /* DOS_SCHED_VERBOSE: 1 a summary, 2 also each plan */
 	int gpu_node;
 	/* the application's GPU memory: learned from its GPU tasks over the last iteration,
 	 * declared by it (the prior, and the floor when it runs tasks we do not see), and
@@ -596,9 +599,11 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	window_reset(&p->staged, s->n, 0, 3, p->gpu_node);
 	window_reset(&p->resident, s->n, 3, 3, p->gpu_node);
 	window_reset(&p->on_cpu, s->n, 3, 3, STARPU_MAIN_RAM);
-	double resident_bytes = 0;
+	double resident_bytes = 0, staged_bytes = 0;
 	for (int i = 0; i < s->n; i++) {
 		struct fetch_window *w = window_of(p, place[i]);
+		if (place[i] == DOS_PLACE_GPU_TRANSIENT)
+			staged_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i], window_add(w, s->tasks[i]), p->generation);
 		if (place[i] == DOS_PLACE_CPU_THEN_RESIDENT)
 			resident_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM; /* arrives after */
@@ -611,6 +616,7 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 				prefetch_buffers(p, s->tasks[i], 0, 2, (unsigned)p->gpu_node, s->n - i);
 		}
 	}
+	p->eager_writeback = resident_bytes + staged_bytes > m.gpu_budget_bytes;
 	double per = sg[0].params * dos_staging_bytes_per_param(&m);
 	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor(dos_staging_room_bytes(&m, resident_bytes) / per)) : 0;
 	p->resident.ahead = RESIDENT_GRADIENTS_AHEAD;
@@ -945,6 +951,18 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
 	/* one more update of its window ended: start the next fetch */
 	lock_plan(p);
+	if (place == DOS_PLACE_GPU_TRANSIENT && on_cuda && p->eager_writeback)
+		/* When the GPU cannot keep every staged subgroup beside the resident state until
+		 * the next update phase, staged state goes home now, as the plan assumes, not
+		 * when StarPU finds the link idle (wont_use): left dirty, its copies are evicted
+		 * on demand and the next forward's allocations wait for those write-backs
+		 * (simulated bf16 1b on a 9000 MiB h100-pcie5: 0.447 -> 0.368 s per iteration).
+		 * A fetch to host memory leaves the GPU copy clean, so evicting it then costs
+		 * nothing. When it can, the lazy write-back often never happens before the next
+		 * step stages the same state again, which then moves nothing (eager costs 5 %
+		 * on the simulated bf16 1b h100-pcie5 iteration with the whole GPU). */
+		for (int b = 0; b < 3; b++)
+			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), STARPU_MAIN_RAM, 0, 0);
 	if (generation == p->generation) { /* not an update of an older plan */
 		_dos_app_memory_update_ended(&p->app_memory, starpu_timing_now() * 1e-6);
 		struct fetch_window *w = window_of(p, place);
