@@ -14,8 +14,9 @@
  *  - state newly kept resident is prefetched at plan time, so its transfer overlaps
  *    whatever still runs before the update (the end of backward); staged state and the
  *    gradients of GPU updates are fetched a few ahead of the GPU (fetch windows);
- *  - GPU-transient state is written back (starpu_data_wont_use) as soon as its update
- *    ends, so the link works during the rest of the phase and memory is freed;
+ *  - GPU-transient state is marked for write-back (starpu_data_wont_use) as soon as its
+ *    update ends, and written home at once when the GPU cannot keep it until the next
+ *    update phase, so the link works during the rest of the phase and memory is freed;
  *  - GPU-resident state stays on the GPU across steps, and is found there by the next
  *    plan: no transfer at all, while memory allows;
  *  - on the GPU, an update whose inputs are still crossing the link yields to the tasks
