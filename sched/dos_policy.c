@@ -924,25 +924,6 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	task->sched_data = NULL;
 	int on_cuda = starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER;
 	struct policy *p = policy_of(sched_ctx);
-	if (p->gpu_node >= 0) { /* the span of its gradient's and 16-bit weights' GPU copies */
-		double now = starpu_timing_now() * 1e-6;
-		lock_plan(p);
-		for (int b = 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
-			starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
-			if (!home_is_gpu(h))
-				_dos_app_memory_update_use(&p->app_memory, h,
-							   (STARPU_TASK_GET_MODE(task, b) & STARPU_R) != 0, now);
-		}
-		unlock_plan(p);
-	}
-	if (place == DOS_PLACE_CPU_THEN_RESIDENT && !on_cuda && p->gpu_node >= 0) {
-		/* its state moves to the GPU now that the CPU has updated it, when the link has
-		 * nothing else to do (the next forward and backward): resident next step */
-		lock_plan(p);
-		for (int b = 0; b < 3; b++)
-			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), (unsigned)p->gpu_node, 0, 1);
-		unlock_plan(p);
-	}
 	if (place != DOS_PLACE_CPU && place != DOS_PLACE_CPU_THEN_RESIDENT && on_cuda)
 		/* The gradient and the 16-bit weights are done with on the GPU (each is written
 		 * home or dropped when its home is the host): their copies must not crowd out
@@ -950,8 +931,20 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		 * first evicted. */
 		for (int b = place == DOS_PLACE_GPU_TRANSIENT ? 0 : 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
 			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
-	/* one more update of its window ended: start the next fetch */
+	double now = starpu_timing_now() * 1e-6;
 	lock_plan(p);
+	if (p->gpu_node >= 0) /* the span of its gradient's and 16-bit weights' GPU copies */
+		for (int b = 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
+			starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
+			if (!home_is_gpu(h))
+				_dos_app_memory_update_use(&p->app_memory, h,
+							   (STARPU_TASK_GET_MODE(task, b) & STARPU_R) != 0, now);
+		}
+	if (place == DOS_PLACE_CPU_THEN_RESIDENT && !on_cuda && p->gpu_node >= 0)
+		/* its state moves to the GPU now that the CPU has updated it, when the link has
+		 * nothing else to do (the next forward and backward): resident next step */
+		for (int b = 0; b < 3; b++)
+			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), (unsigned)p->gpu_node, 0, 1);
 	if (place == DOS_PLACE_GPU_TRANSIENT && on_cuda && p->eager_writeback)
 		/* When the GPU cannot keep every staged subgroup beside the resident state until
 		 * the next update phase, staged state goes home now, as the plan assumes, not
@@ -965,7 +958,8 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		for (int b = 0; b < 3; b++)
 			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), STARPU_MAIN_RAM, 0, 0);
 	if (generation == p->generation) { /* not an update of an older plan */
-		_dos_app_memory_update_ended(&p->app_memory, starpu_timing_now() * 1e-6);
+		/* one more update of its window ended: start the next fetch */
+		_dos_app_memory_update_ended(&p->app_memory, now);
 		struct fetch_window *w = window_of(p, place);
 		w->ended++;
 		window_advance(p, w, w->ended);
