@@ -16,6 +16,10 @@ home=$(mktemp -d)
 trap 'rm -rf "$home"' EXIT
 pass=0 fail=0
 
+per_step() { # the simulated seconds per step in dos-train output FILE
+	sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$1"
+}
+
 check() { # check DESCRIPTION CONDITION-EXIT-STATUS
 	if [[ $2 == 0 ]]; then
 		echo "PASS: $1"
@@ -73,8 +77,8 @@ train_case() { # MACHINE [PRECISION]
 			--precision "$precision" --policy "$policy" --quiet >"$out-$policy.txt" 2>&1
 		check "$machine: dos-train --simulate --preset 1b --precision $precision --policy $policy ran" $?
 	done
-	dos=$(sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$out-dos.txt")
-	dmda=$(sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$out-dmda.txt")
+	dos=$(per_step "$out-dos.txt")
+	dmda=$(per_step "$out-dmda.txt")
 	awk -v d="$dos" -v m="$dmda" 'BEGIN {exit !(d != "" && m != "" && d <= m * 1.001)}'
 	check "$machine training iteration ($precision): dos ${dos} s <= dmda ${dmda} s" $?
 	grep -q 'dos: .* 4 steps planned' "$out-dos.txt"
@@ -117,8 +121,8 @@ for fc in declared learned; do
 		"${bench%/dos-bench}/dos-train" --simulate h100-pcie5 --preset 1b --steps 3 --quiet >"$home/undeclared-$fc.txt" 2>&1
 	check "h100-pcie5 14000 MiB, model declares nothing, forecast $fc: dos-train completes" $?
 done
-declared=$(sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$home/undeclared-declared.txt")
-learned=$(sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$home/undeclared-learned.txt")
+declared=$(per_step "$home/undeclared-declared.txt")
+learned=$(per_step "$home/undeclared-learned.txt")
 awk -v l="$learned" -v d="$declared" 'BEGIN {exit !(l != "" && d != "" && l < 0.9 * d)}'
 check "model declares nothing: learned forecast ${learned} s/step < 0.9 x declared-only ${declared} s/step" $?
 budget_of() { sed -n 's/.*plan of step 3 .*GPU budget \([0-9.]*\) GB.*/\1/p' "$1"; }
