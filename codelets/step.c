@@ -84,3 +84,30 @@ int dos_adam_step_init(struct dos_adam_step *out, const struct dos_adam_hparams 
 	*out = s;
 	return 0;
 }
+
+int dos_lr_schedule_check(const struct dos_lr_schedule *s)
+{
+	if (!s)
+		return DOS_FAIL(-EINVAL, "lr schedule is NULL");
+	if (s->decay_steps != 0 && s->decay_steps <= s->warmup_steps)
+		return DOS_FAIL(-EINVAL, "lr_schedule.decay_steps = %llu must be 0 (no decay) or above warmup_steps = %llu",
+				(unsigned long long)s->decay_steps, (unsigned long long)s->warmup_steps);
+	if (!(s->min_ratio >= 0.0 && s->min_ratio <= 1.0))
+		return DOS_FAIL(-EINVAL, "lr_schedule.min_ratio = %g must be in [0, 1]", s->min_ratio);
+	return 0;
+}
+
+double dos_lr_schedule_factor(const struct dos_lr_schedule *s, uint64_t update)
+{
+	if (update == 0)
+		return 1.0;
+	if (update < s->warmup_steps)
+		return (double)update / (double)s->warmup_steps;
+	if (s->decay_steps == 0)
+		return 1.0;
+	if (update >= s->decay_steps)
+		return s->min_ratio;
+	const double pi = 3.14159265358979323846;
+	double progress = (double)(update - s->warmup_steps) / (double)(s->decay_steps - s->warmup_steps);
+	return s->min_ratio + (1.0 - s->min_ratio) * 0.5 * (1.0 + cos(pi * progress));
+}

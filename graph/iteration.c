@@ -54,7 +54,7 @@ int dos_optimizer_config_check(const struct dos_optimizer_config *c, uint64_t np
 				"subgroup_size = %llu must be in [1, %llu] (the model's parameter count, at most "
 				"2^32 - 1)",
 				(unsigned long long)c->subgroup_size, (unsigned long long)max_subgroup);
-	if ((err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)))
+	if ((err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)) || (err = dos_lr_schedule_check(&c->lr_schedule)))
 		return err;
 	if (!(c->clip_norm >= 0) || !isfinite(c->clip_norm))
 		return DOS_FAIL(-EINVAL, "clip_norm = %g must be finite and >= 0 (0 turns clipping off)", c->clip_norm);
@@ -396,8 +396,12 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 		}
 	}
 
+	/* the schedule scales lr by a factor <= 1, which dos_optimizer_config_check's step-1
+	 * probe has covered */
+	struct dos_adam_hparams hp = c->hp;
+	hp.lr = c->hp.lr * dos_lr_schedule_factor(&c->lr_schedule, opt->step + 1);
 	struct dos_adam_step step;
-	int err = dos_adam_step_init(&step, &c->hp, opt->step + 1, multiplier);
+	int err = dos_adam_step_init(&step, &hp, opt->step + 1, multiplier);
 	if (err)
 		return err;
 	struct starpu_task **updates = malloc(N * sizeof *updates);
@@ -430,12 +434,27 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	free(updates);
 	opt->nonfinite_update[update % 2] = update;
 	report->update = update;
+	report->lr = hp.lr;
 	opt->step++;
 	if (dos_dp_size(&c->dp) > 1)
 		exchange_weights(opt);
 	for (uint32_t t = 0; t < opt->map.ntensors; t++)
 		submit_refresh(opt, t);
 	drop_consumed(opt, 1);
+	return 0;
+}
+
+int dos_optimizer_set_lr(struct dos_optimizer *opt, double lr)
+{
+	if (!opt)
+		return DOS_FAIL(-EINVAL, "opt is NULL");
+	struct dos_adam_hparams hp = opt->cfg.hp;
+	hp.lr = lr;
+	struct dos_adam_step probe;
+	int err = dos_adam_step_init(&probe, &hp, 1, 1.0);
+	if (err)
+		return err;
+	opt->cfg.hp.lr = lr;
 	return 0;
 }
 

@@ -32,6 +32,7 @@ struct dos_optimizer_config {
 	enum dos_dtype weight_dtype;
 	enum dos_dtype grad_dtype; /* the subgroup gradient's dtype (fp32, or = weight_dtype) */
 	struct dos_adam_hparams hp;
+	struct dos_lr_schedule lr_schedule; /* of hp.lr over the updates; zero: constant */
 	double clip_norm;           /* global-norm clipping threshold; 0 = off */
 	int dynamic_loss_scale;     /* skip steps whose gradients overflow; scale backs off / grows */
 	double loss_scale_init;     /* dynamic: initial scale (e.g. 65536); else ignored (1) */
@@ -90,6 +91,7 @@ struct dos_step_report {
 	double loss_scale_used;
 	uint32_t overflow_subgroup; /* first subgroup with inf/nan gradients, when skipped */
 	uint64_t update;            /* 1-based number of the update applied (0 when skipped) */
+	double lr;                  /* the learning rate it applied (the schedule's), 0 when skipped */
 };
 
 /* Checks a configuration for a model of `nparams` parameters: dtypes (tensor_dtype
@@ -113,6 +115,10 @@ int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_c
  * depend on them through the handles). Blocks only when clipping or loss scaling needs
  * the global statistics. Returns 0 or a negative errno. */
 int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report *report);
+/* Sets hp.lr, the rate the schedule scales, for the steps submitted from now on (those
+ * already submitted keep theirs). Errors: -EINVAL for a NULL opt, or an lr that
+ * dos_adam_step_init refuses with the other hyper-parameters (named with its value). */
+int dos_optimizer_set_lr(struct dos_optimizer *opt, double lr);
 /* Whether update `update` (a dos_step_report's) left non-finite values in the state: the
  * number of subgroups it did that to in *count (0: none), the first of them in *subgroup
  * and the enum dos_nonfinite_bits of that one in *bits. Waits for that update's tasks

@@ -256,6 +256,7 @@ static int finish_step(const struct dos_train_config *cfg, struct dos_optimizer 
 						.applied = q->report.applied,
 						.grad_norm = q->report.grad_norm,
 						.loss_scale = q->report.loss_scale_used,
+						.lr = q->report.lr,
 						.elapsed = now_seconds() - start,
 						.tokens = q->step * (uint64_t)tokens * A};
 		cfg->on_step(cfg->on_step_arg, &pr);

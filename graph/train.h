@@ -13,6 +13,7 @@ struct dos_train_progress {
 	int applied;          /* 0: skipped for overflow */
 	double grad_norm;     /* -1 when not computed */
 	double loss_scale;
+	double lr;       /* the learning rate the step's update applied (0: skipped) */
 	double elapsed;  /* seconds since the run started */
 	uint64_t tokens; /* trained so far */
 };

@@ -95,6 +95,27 @@ struct dos_adam_step {
 int dos_adam_step_init(struct dos_adam_step *out, const struct dos_adam_hparams *hp, uint64_t step,
 		       double grad_multiplier);
 
+/* A learning-rate schedule over the optimizer's updates, the warmup and cosine decay of
+ * LLM training (without a warmup, Adam's first steps at the full rate can throw a model
+ * off: its second moments know nothing yet). Update k (1-based: Adam's t; a step skipped
+ * for overflow does not count) runs at hp.lr times
+ *   k / warmup_steps                                  while k < warmup_steps,
+ *   r + (1 - r) (1 + cos(pi (k - w) / (d - w))) / 2  from w = warmup_steps to d = decay_steps,
+ *   r = min_ratio                                     after decay_steps;
+ * decay_steps 0: 1 after the warmup. All zero (the default): hp.lr throughout. */
+struct dos_lr_schedule {
+	uint64_t warmup_steps;
+	uint64_t decay_steps; /* 0, or > warmup_steps */
+	double min_ratio;     /* in [0, 1] */
+};
+
+/* Errors: -EINVAL for a NULL schedule, decay_steps in [1, warmup_steps], min_ratio outside
+ * [0, 1], naming the field and its value. */
+int dos_lr_schedule_check(const struct dos_lr_schedule *schedule);
+/* The factor of hp.lr for 1-based update `update` (in [0, 1]; 1 for update 0), for a
+ * schedule dos_lr_schedule_check accepts. */
+double dos_lr_schedule_factor(const struct dos_lr_schedule *schedule, uint64_t update);
+
 /* ---- CPU kernel variant ------------------------------------------------------------- */
 
 /* Every variant computes bit-for-bit the same results; they differ in speed only. */
@@ -296,6 +317,9 @@ struct dos_opt_tensor {
 
 struct dos_opt_config {
 	struct dos_adam_hparams hp;
+	/* hp.lr over the updates (warmup, cosine decay); zero: constant. An application with a
+	 * schedule of its own calls dos_opt_set_lr before each step instead */
+	struct dos_lr_schedule lr_schedule;
 	/* parameters per subgroup, the unit the dos policy places on a CPU or GPU worker
 	 * (1 to 2^32 - 1, or more than the model has: then one subgroup) */
 	uint64_t subgroup_size;
@@ -355,6 +379,7 @@ struct dos_opt_step_report {
 				       scaling is on; else -1 */
 	double loss_scale_used;     /* 1 without dynamic loss scaling */
 	uint32_t overflow_subgroup; /* first subgroup with inf or nan gradients, when skipped */
+	double lr;                  /* the learning rate the update applied (0 when skipped) */
 };
 
 /* Submits one optimizer step over the gradients that the application's tasks submitted
@@ -364,6 +389,13 @@ struct dos_opt_step_report {
  * for the gradients and their global norm. Gradients given as buffers must be written
  * before this call. `report` may be NULL. Errors: -EINVAL for a NULL opt. */
 int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report);
+
+/* Sets hp.lr (the rate cfg.lr_schedule scales) for the steps submitted from now on; those
+ * already submitted keep theirs. Call it from the thread that submits the steps. A
+ * checkpoint records it; dos_opt_load does not change it. Errors: -EINVAL for a NULL opt,
+ * or an lr that is negative, not finite, or whose first step size overflows float with
+ * the other hyper-parameters (named with its value); the rate is unchanged then. */
+int dos_opt_set_lr(dos_opt_t opt, double lr);
 
 /* Waits until every task the optimizer submitted has ended, and brings weights given as
  * buffers up to date in their buffers. Errors: -EINVAL for a NULL opt. */

@@ -424,6 +424,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 		.tensor_dtype = cfg->tensor_dtype,
 		.tensor_grad_dtype = cfg->tensor_dtype, /* an application's tensors: one dtype each */
 		.hp = cfg->hp,
+		.lr_schedule = cfg->lr_schedule,
 		.clip_norm = cfg->clip_norm,
 		.dynamic_loss_scale = cfg->dynamic_loss_scale,
 		.loss_scale_init = cfg->loss_scale_init,
@@ -535,8 +536,16 @@ int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
 		*report = (struct dos_opt_step_report){.applied = r.applied,
 						       .grad_norm = r.grad_norm,
 						       .loss_scale_used = r.loss_scale_used,
-						       .overflow_subgroup = r.overflow_subgroup};
+						       .overflow_subgroup = r.overflow_subgroup,
+						       .lr = r.lr};
 	return 0;
+}
+
+int dos_opt_set_lr(dos_opt_t opt, double lr)
+{
+	if (!opt)
+		return DOS_FAIL(-EINVAL, "opt is NULL");
+	return dos_optimizer_set_lr(&opt->inner, lr);
 }
 
 int dos_opt_wait(dos_opt_t opt)

@@ -96,11 +96,15 @@ fi
 echo "data parallel: a state that stops being finite stops both ranks at that step, each naming its subgroups"
 
 # ---- 3. sharded checkpoints, resharded on resume --------------------------------------------
-$train --preset tiny --steps 10 --quiet --accumulate 4 --dump "$work/straight.bin" >/dev/null 2>&1 ||
+# The runs of 6 steps stand for 10-step runs interrupted at step 6: they are given the
+# 10-step run's learning-rate schedule (dos-train's default follows --steps), which the
+# resumed runs then continue across the interruption.
+schedule="--warmup 3 --decay-steps 10"
+$train $schedule --preset tiny --steps 10 --quiet --accumulate 4 --dump "$work/straight.bin" >/dev/null 2>&1 ||
 	fail "the uninterrupted run failed"
 ck=$work/ck
 mkdir "$ck"
-ranks 2 --preset tiny --steps 6 --quiet --accumulate 2 --checkpoint-dir "$ck" >"$work/log" 2>&1 ||
+ranks 2 $schedule --preset tiny --steps 6 --quiet --accumulate 2 --checkpoint-dir "$ck" >"$work/log" 2>&1 ||
 	fail "saving shards failed: $(cat "$work/log")"
 [ -f "$ck/checkpoint-6.dos" ] && [ -f "$ck/checkpoint-6.shard-0-of-2.dos" ] && [ -f "$ck/checkpoint-6.shard-1-of-2.dos" ] ||
 	fail "expected a manifest and 2 shards: $(ls "$ck")"
@@ -108,10 +112,10 @@ for n in 1 2 4; do
 	rm -rf "$work/ck$n"
 	cp -r "$ck" "$work/ck$n"
 	if [ "$n" = 1 ]; then
-		$train --preset tiny --steps 10 --quiet --accumulate 4 --checkpoint-dir "$work/ck$n" --resume \
+		$train $schedule --preset tiny --steps 10 --quiet --accumulate 4 --checkpoint-dir "$work/ck$n" --resume \
 			--dump "$work/resumed.bin" >"$work/log" 2>&1
 	else
-		ranks "$n" --preset tiny --steps 10 --quiet --accumulate $((4 / n)) --checkpoint-dir "$work/ck$n" \
+		ranks "$n" $schedule --preset tiny --steps 10 --quiet --accumulate $((4 / n)) --checkpoint-dir "$work/ck$n" \
 			--resume --dump "$work/resumed.bin" >"$work/log" 2>&1
 	fi || fail "resuming on $n rank(s) failed: $(cat "$work/log")"
 	grep -q "resumed after step 6" "$work/log" || fail "$n rank(s) did not resume: $(cat "$work/log")"
@@ -119,12 +123,12 @@ for n in 1 2 4; do
 		fail "2-rank shards resumed on $n rank(s) differ from the uninterrupted run"
 done
 # bf16: the resumed ranks rebuild their 16-bit weights from the owners' master weights
-$train --preset tiny --steps 10 --quiet --accumulate 4 --precision bf16 --dump "$work/straight16.bin" >/dev/null 2>&1 ||
+$train $schedule --preset tiny --steps 10 --quiet --accumulate 4 --precision bf16 --dump "$work/straight16.bin" >/dev/null 2>&1 ||
 	fail "the uninterrupted bf16 run failed"
 mkdir "$work/ck16"
-ranks 2 --preset tiny --steps 6 --quiet --accumulate 2 --precision bf16 --checkpoint-dir "$work/ck16" \
+ranks 2 $schedule --preset tiny --steps 6 --quiet --accumulate 2 --precision bf16 --checkpoint-dir "$work/ck16" \
 	>"$work/log" 2>&1 || fail "saving bf16 shards failed: $(cat "$work/log")"
-ranks 4 --preset tiny --steps 10 --quiet --accumulate 1 --precision bf16 --checkpoint-dir "$work/ck16" --resume \
+ranks 4 $schedule --preset tiny --steps 10 --quiet --accumulate 1 --precision bf16 --checkpoint-dir "$work/ck16" --resume \
 	--dump "$work/resumed.bin" >"$work/log" 2>&1 || fail "resuming bf16 on 4 ranks failed: $(cat "$work/log")"
 cmp -s "$work/straight16.bin" "$work/resumed.bin" || fail "bf16: 2-rank shards resumed on 4 ranks differ"
 echo "data parallel: a 2-rank sharded checkpoint resumed on 1, 2 and 4 ranks (and bf16 on 4): bit-identical to 10" \

@@ -10,7 +10,9 @@
  *  4. clipping and loss scaling: the statistics phase, the report, a skipped step that
  *     leaves the state bit for bit, the loss scale halved;
  *  5. StarPU started by the API stays up while any optimizer needs it;
- *  6. the runtime version is the compiled one. */
+ *  6. the runtime version is the compiled one;
+ *  7. a learning-rate schedule is the rates it reports, applied: the same bits as those
+ *     rates given one by one with dos_opt_set_lr. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -191,6 +193,9 @@ static void refusals_without_starpu(void)
 		   "tensor_dtype = fp16 needs weight_dtype (bf16)");
 	BAD_CONFIG(bad.grad_dtype = DOS_BF16, "grad_dtype = 2 (bf16) must be fp32 or the weight dtype fp32");
 	BAD_CONFIG(bad.clip_norm = -1, "clip_norm = -1");
+	BAD_CONFIG((bad.lr_schedule.warmup_steps = 5, bad.lr_schedule.decay_steps = 5),
+		   "lr_schedule.decay_steps = 5 must be 0 (no decay) or above warmup_steps = 5");
+	BAD_CONFIG(bad.lr_schedule.min_ratio = 1.5, "lr_schedule.min_ratio = 1.5");
 	BAD_CONFIG((bad.dynamic_loss_scale = 1, bad.loss_scale_init = 0.5),
 		   "loss_scale_init = 0.5: dynamic loss scaling needs a finite scale >= 1");
 #define BAD_TENSOR(change, needle)                                           \
@@ -454,6 +459,76 @@ static void clipping_and_loss_scaling(void)
 	printf("clipping and loss scaling: statistics phase timed, a skipped step leaves the state, scale halved\n");
 }
 
+/* ---- 7. learning-rate schedules ------------------------------------------------------- */
+
+/* STEPS steps with `cfg`, setting the rate lr[k] before step k when lr is given; the
+ * rates the steps report go to reported[k]. */
+static void train_with_rates(struct dos_opt_config cfg, const double *lr, double *reported, struct state *out)
+{
+	struct app a;
+	app_init(&a, DOS_FP32, DOS_BF16, 0);
+	dos_opt_t opt;
+	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
+	for (uint64_t k = 0; k < STEPS; k++) {
+		app_backward(&a, k, DOS_BF16, NULL);
+		if (lr)
+			CHECK(dos_opt_set_lr(opt, lr[k]) == 0, "%s", dos_last_error());
+		struct dos_opt_step_report report;
+		CHECK(dos_opt_submit_step(opt, &report) == 0 && report.applied, "%s", dos_last_error());
+		reported[k] = report.lr;
+	}
+	CHECK(dos_opt_wait(opt) == 0 && dos_opt_read_state(opt, out->master, out->m, out->v, N) == 0, "%s",
+	      dos_last_error());
+	app_free(&a);
+	dos_opt_destroy(opt);
+}
+
+static void lr_schedules(void)
+{
+	struct dos_opt_config constant = base_config(), scheduled = constant;
+	/* updates 1..4 of a warmup over 2 and a decay to a quarter by update 4: factors 1/2, 1,
+	 * (1 + 1/4) / 2 at half the decay, 1/4 */
+	scheduled.lr_schedule = (struct dos_lr_schedule){.warmup_steps = 2, .decay_steps = 4, .min_ratio = 0.25};
+	const double peak = scheduled.hp.lr, factors[STEPS] = {0.5, 1.0, 0.625, 0.25};
+	double want[STEPS], got[STEPS], given[STEPS];
+	for (int k = 0; k < STEPS; k++) {
+		want[k] = peak * factors[k];
+		CHECK(fabs(dos_lr_schedule_factor(&scheduled.lr_schedule, (uint64_t)k + 1) - factors[k]) < 1e-15,
+		      "factor of update %d: %.17g, expected %g", k + 1,
+		      dos_lr_schedule_factor(&scheduled.lr_schedule, (uint64_t)k + 1), factors[k]);
+	}
+	static struct state by_schedule, by_hand, unscheduled;
+	train_with_rates(scheduled, NULL, got, &by_schedule);
+	for (int k = 0; k < STEPS; k++)
+		CHECK(fabs(got[k] - want[k]) <= 1e-15 * peak, "update %d reports lr %.17g, expected %.17g", k + 1,
+		      got[k], want[k]);
+	/* the rates, set one by one on an optimizer without a schedule */
+	train_with_rates(constant, got, given, &by_hand);
+	same_state(&by_schedule, &by_hand, "a schedule against its rates set by dos_opt_set_lr");
+	for (int k = 0; k < STEPS; k++)
+		CHECK(given[k] == got[k], "update %d: set lr %.17g, reported %.17g", k + 1, got[k], given[k]);
+	/* and the rates matter: the constant rate ends elsewhere */
+	train_with_rates(constant, NULL, given, &unscheduled);
+	CHECK(test_first_difference(by_schedule.master, unscheduled.master, N, 4) >= 0,
+	      "the schedule changed nothing against a constant rate");
+
+	struct app a;
+	app_init(&a, DOS_FP32, DOS_BF16, 0);
+	dos_opt_t opt;
+	CHECK(dos_opt_create(&opt, &constant, T, a.tensors) == 0, "%s", dos_last_error());
+	expect(dos_opt_set_lr(NULL, 1e-3), -EINVAL, "opt is NULL");
+	expect(dos_opt_set_lr(opt, -1), -EINVAL, "lr = -1");
+	expect(dos_opt_set_lr(opt, NAN), -EINVAL, "lr = nan");
+	expect(dos_opt_set_lr(opt, 1e38), -EINVAL, "step size"); /* lr / (1 - beta1) overflows float */
+	app_backward(&a, 0, DOS_BF16, NULL);
+	struct dos_opt_step_report report;
+	CHECK(dos_opt_submit_step(opt, &report) == 0 && report.lr == peak,
+	      "after refused rates the step ran at %g, expected the unchanged %g", report.lr, peak);
+	dos_opt_destroy(opt);
+	app_free(&a);
+	printf("learning-rate schedule: the rates reported, bit for bit as set by hand; 4 refusals\n");
+}
+
 /* ---- 5. a StarPU the API started ----------------------------------------------------------- */
 
 static void api_owned_starpu(void)
@@ -505,6 +580,7 @@ int main(void)
 	save_refuses_non_finite();
 	sixteen_bit_and_buffers();
 	clipping_and_loss_scaling();
+	lr_schedules();
 	starpu_shutdown();
 	printf("bad arguments: %d refusals, each naming the argument and its value, none with a side effect\n",
 	       refusals);

@@ -69,5 +69,46 @@ int main(void)
 	expect_refused(&good, 1, INFINITY, "grad_multiplier = inf");
 	expect_refused(&good, 1, 1e-60, "grad_multiplier = 1e-60"); /* zero once rounded to float */
 	printf("step scalars: values and %d refusals checked\n", 13);
+
+	/* learning-rate schedules: the factors of the formula in dos.h at its joints */
+	struct dos_lr_schedule none = {0}, warm = {.warmup_steps = 4}, cosine = {10, 30, 0.1};
+	CHECK(dos_lr_schedule_check(&none) == 0 && dos_lr_schedule_check(&warm) == 0 &&
+		      dos_lr_schedule_check(&cosine) == 0,
+	      "a valid schedule refused: %s", dos_last_error());
+	const struct {
+		const struct dos_lr_schedule *s;
+		uint64_t update;
+		double factor;
+	} points[] = {
+		{&none, 0, 1},     {&none, 1, 1},      {&none, UINT64_MAX, 1}, {&warm, 1, 0.25},   {&warm, 3, 0.75},
+		{&warm, 4, 1},     {&warm, 1000, 1},   {&cosine, 0, 1},        {&cosine, 5, 0.5},  {&cosine, 10, 1},
+		{&cosine, 20, 0.55}, {&cosine, 30, 0.1}, {&cosine, UINT64_MAX, 0.1},
+	};
+	for (size_t i = 0; i < sizeof points / sizeof *points; i++) {
+		double f = dos_lr_schedule_factor(points[i].s, points[i].update);
+		CHECK(fabs(f - points[i].factor) < 1e-15, "schedule point %zu: factor %.17g at update %llu, expected %g", i,
+		      f, (unsigned long long)points[i].update, points[i].factor);
+	}
+	/* the cosine never rises */
+	for (uint64_t k = 10; k < 30; k++)
+		CHECK(dos_lr_schedule_factor(&cosine, k + 1) < dos_lr_schedule_factor(&cosine, k), "rises at %llu",
+		      (unsigned long long)k + 1);
+	const struct {
+		struct dos_lr_schedule s;
+		const char *needle;
+	} bad_schedules[] = {
+		{{3, 3, 0}, "lr_schedule.decay_steps = 3 must be 0 (no decay) or above warmup_steps = 3"},
+		{{3, 2, 0}, "lr_schedule.decay_steps = 2"},
+		{{0, 0, -0.1}, "lr_schedule.min_ratio = -0.1"},
+		{{0, 0, NAN}, "lr_schedule.min_ratio = nan"},
+	};
+	for (size_t i = 0; i < sizeof bad_schedules / sizeof *bad_schedules; i++) {
+		CHECK(dos_lr_schedule_check(&bad_schedules[i].s) == -EINVAL, "schedule %zu accepted", i);
+		CHECK(strstr(dos_last_error(), bad_schedules[i].needle), "message '%s' does not mention '%s'",
+		      dos_last_error(), bad_schedules[i].needle);
+	}
+	CHECK(dos_lr_schedule_check(NULL) == -EINVAL, "a NULL schedule accepted");
+	printf("learning-rate schedules: %zu points and %zu refusals checked\n", sizeof points / sizeof *points,
+	       sizeof bad_schedules / sizeof *bad_schedules + 1);
 	return 0;
 }

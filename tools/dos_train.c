@@ -323,8 +323,8 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 		return;
 	char loss_text[32];
 	snprintf(loss_text, sizeof loss_text, isnan(p->loss) ? "n/a" : "%.4f", p->loss);
-	printf("%sstep %5llu/%llu  loss %s  %8.0f tokens/s  ETA %s%s%s", pr->tty ? "\r" : "",
-	       (unsigned long long)p->step, (unsigned long long)p->steps, loss_text, rate, eta_text,
+	printf("%sstep %5llu/%llu  loss %s  lr %.2e  %8.0f tokens/s  ETA %s%s%s", pr->tty ? "\r" : "",
+	       (unsigned long long)p->step, (unsigned long long)p->steps, loss_text, p->lr, rate, eta_text,
 	       p->applied ? "" : "  (skipped: overflow)", pr->tty ? "   " : "\n");
 	fflush(stdout);
 }

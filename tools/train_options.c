@@ -42,6 +42,12 @@ static void usage(FILE *f)
 		   "  --data FILE          training text (default: the bundled corpus)\n"
 		   "optimizer (AdamW):\n"
 		   "  --lr X --beta1 X --beta2 X --eps X --weight-decay X   (3e-3, 0.9, 0.95, 1e-8, 0.1)\n"
+		   "  --warmup N           updates of linear warmup of the learning rate (default: a\n"
+		   "                       tenth of --steps)\n"
+		   "  --decay-steps N      cosine decay of the learning rate from the end of the\n"
+		   "                       warmup to update N (default: --steps; 0 = no decay) ...\n"
+		   "  --min-lr-ratio X     ... down to X times --lr (default 0.1); a resumed run\n"
+		   "                       needs the interrupted run's --steps (or schedule)\n"
 		   "  --precision P        fp32 (default), bf16 or fp16: mixed precision, the model\n"
 		   "                       computing on 16-bit weights and activations (fp32 inside\n"
 		   "                       kernels, fp32 weight gradients), fp32 optimizer state;\n"
@@ -151,6 +157,9 @@ enum {
 	O_B2,
 	O_EPS,
 	O_WD,
+	O_WARMUP,
+	O_DECAY,
+	O_MIN_LR,
 	O_PREC,
 	O_LS,
 	O_CLIP,
@@ -188,6 +197,9 @@ static const struct option options[] = {
 	OPTION(O_B2, "beta2", 1),
 	OPTION(O_EPS, "eps", 1),
 	OPTION(O_WD, "weight-decay", 1),
+	OPTION(O_WARMUP, "warmup", 1),
+	OPTION(O_DECAY, "decay-steps", 1),
+	OPTION(O_MIN_LR, "min-lr-ratio", 1),
 	OPTION(O_PREC, "precision", 1),
 	OPTION(O_LS, "loss-scale", 1),
 	OPTION(O_CLIP, "clip", 1),
@@ -218,6 +230,7 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 				       .beta2 = 0.95,
 				       .eps = 1e-8,
 				       .weight_decay = 0.1},
+				.lr_schedule = {.min_ratio = 0.1},
 				.loss_scale_window = 1000}},
 		.preset = &presets[DEFAULT_PRESET],
 		.policy = "dos",
@@ -226,6 +239,8 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 	struct dos_train_config *cfg = &out->cfg;
 	/* 0: not given (the preset's value); every option's minimum is 1 */
 	uint64_t shape_override[6] = {0}, steps = 0, micro_batch = 0, accumulation = 0, subgroup = 0;
+	uint64_t warmup = 0, decay_steps = 0;
+	bool warmup_given = false, decay_given = false;
 	double loss_scale = 0;
 	bool loss_scale_given = false;
 
@@ -290,6 +305,17 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 			break;
 		case O_WD:
 			bad |= parse_double(err, name, optarg, &cfg->opt.hp.weight_decay) != 0;
+			break;
+		case O_WARMUP:
+			warmup_given = true;
+			bad |= parse_u64(err, name, optarg, 0, UINT64_MAX / 2, &warmup) != 0;
+			break;
+		case O_DECAY:
+			decay_given = true;
+			bad |= parse_u64(err, name, optarg, 0, UINT64_MAX / 2, &decay_steps) != 0;
+			break;
+		case O_MIN_LR:
+			bad |= parse_double(err, name, optarg, &cfg->opt.lr_schedule.min_ratio) != 0;
 			break;
 		case O_PREC:
 			out->precision = optarg;
@@ -369,6 +395,12 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 	cfg->micro_batch = micro_batch ? (uint32_t)micro_batch : preset->micro_batch;
 	cfg->accumulation = accumulation ? (uint32_t)accumulation : preset->accumulation;
 	cfg->steps = steps ? steps : preset->steps;
+	/* the schedule spans the run: counted in updates, it ends a little early when steps
+	 * are skipped for overflow, as Megatron's does */
+	cfg->opt.lr_schedule.warmup_steps = warmup_given ? warmup : cfg->steps / 10;
+	if (!decay_given)
+		decay_steps = cfg->steps > cfg->opt.lr_schedule.warmup_steps ? cfg->steps : 0;
+	cfg->opt.lr_schedule.decay_steps = decay_steps;
 	out->params = param_count(&cfg->shape);
 	uint64_t preset_subgroup = preset->subgroup_size < out->params ? preset->subgroup_size : out->params;
 	cfg->opt.subgroup_size = subgroup ? subgroup : preset_subgroup;

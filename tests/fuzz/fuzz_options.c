@@ -214,10 +214,11 @@ static void check_run(const struct words *w, const struct train_options *o)
 			o->precision);
 	REQUIRE(c->opt.loss_scale_window == 1000, "loss-scale window %u", c->opt.loss_scale_window);
 	REQUIRE(c->opt.hp.mode == DOS_ADAMW, "optimizer mode %d", (int)c->opt.hp.mode);
-	const double numbers[] = {c->opt.hp.lr,  c->opt.hp.beta1,        c->opt.hp.beta2,
-				  c->opt.hp.eps, c->opt.hp.weight_decay, c->opt.clip_norm};
+	const double numbers[] = {c->opt.hp.lr,          c->opt.hp.beta1,   c->opt.hp.beta2,
+				  c->opt.hp.eps,         c->opt.hp.weight_decay, c->opt.clip_norm,
+				  c->opt.lr_schedule.min_ratio};
 	for (size_t i = 0; i < sizeof numbers / sizeof *numbers; i++)
-		REQUIRE(isfinite(numbers[i]), "AdamW/clip number %zu is %g", i, numbers[i]);
+		REQUIRE(isfinite(numbers[i]), "AdamW/clip/schedule number %zu is %g", i, numbers[i]);
 
 	REQUIRE(!(c->resume || c->checkpoint_every) || c->checkpoint_dir,
 		"--resume (%d) or --checkpoint-every (%llu) without --checkpoint-dir", c->resume,
@@ -261,6 +262,9 @@ static void check_same(const struct train_options *x, const struct train_options
 	SAME(cfg.opt.hp.beta2);
 	SAME(cfg.opt.hp.eps);
 	SAME(cfg.opt.hp.weight_decay);
+	SAME(cfg.opt.lr_schedule.warmup_steps);
+	SAME(cfg.opt.lr_schedule.decay_steps);
+	SAME(cfg.opt.lr_schedule.min_ratio);
 	SAME(cfg.opt.clip_norm);
 	SAME(cfg.opt.dynamic_loss_scale);
 	SAME(cfg.opt.loss_scale_init);
