@@ -6,16 +6,30 @@
 # prints a short table last. Runs without a GPU too (the
 # CUDA steps then report SKIP), which is how it is tested here. Later issues add steps.
 #
+# The run tool brings back at most 8 files of $OUT, none deeper than two folders, and
+# kills a command after its timeout (600 s at most). So the logs, plots and StarPU's
+# calibration (starpu-home/.starpu/sampling/...) are written to a work folder elsewhere
+# and packed, after every step, into OUT_DIR/device-check.tar.gz (next to a copy of
+# summary.txt): whatever stops the run, the steps finished so far come back. Unpack with
+# `mkdir r && tar -xzf device-check.tar.gz -C r`. Steps start only while the time budget
+# (DEVICE_CHECK_BUDGET seconds, default 540: under the tool's 600) lasts; the others are
+# reported NOTRUN, and count as a failure.
+#
 # Usage: tools/device-check.sh [BUNDLE_DIR] [OUT_DIR]   (defaults: device-bundle, $OUT)
 set -uo pipefail
+started=$(date +%s)
 bundle=$(cd "${1:-device-bundle}" && pwd) || {
 	echo "no bundle: run 'make device-bundle' first" >&2
 	exit 2
 }
-out=${2:-${OUT:-device-results}}
+results=${2:-${OUT:-device-results}}
+mkdir -p "$results"
+results=$(cd "$results" && pwd)
+out=${DEVICE_CHECK_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/device-check.XXXXXX")}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 step_limit=${DEVICE_CHECK_STEP_LIMIT:-240}
+deadline=$((started + ${DEVICE_CHECK_BUDGET:-540}))
 
 # CUDA toolkit libraries are not bundled: take them from the CUDA install or from the
 # nvidia-* Python packages PyTorch brings, whichever has them.
@@ -35,21 +49,44 @@ mkdir -p "$STARPU_HOME"
 
 summary=$out/summary.txt
 : >"$summary"
-# step NAME COMMAND...: runs COMMAND with a time limit, log in $out/NAME.log.
+# pack: the work folder (less the multi-megabyte state dumps, only compared here) into
+# $results/device-check.tar.gz, replaced atomically; the plots go first if it would not
+# come back (16 MiB per file).
+pack() {
+	local tarball=$results/device-check.tar.gz
+	tar -czf "$tarball.part" -C "$out" --exclude='*.bin' . 2>/dev/null
+	if (($(stat -c %s "$tarball.part" 2>/dev/null || echo 0) > 15 * 1024 * 1024)); then
+		echo "device-check.tar.gz over 15 MiB: packed without the *.svg plots" >>"$out/pack.txt"
+		tar -czf "$tarball.part" -C "$out" --exclude='*.bin' --exclude='*.svg' . 2>/dev/null
+	fi
+	mv -f "$tarball.part" "$tarball"
+	cp "$summary" "$results/summary.txt"
+}
+# step NAME COMMAND...: runs COMMAND with a time limit (the smaller of the step limit and
+# what is left of the budget, 15 s kept for packing), log in $out/NAME.log.
 step() {
-	local name=$1 start rc status
+	local name=$1 start rc status limit
 	shift
 	start=$(date +%s%N)
-	timeout "$step_limit" "$@" >"$out/$name.log" 2>&1
+	limit=$((deadline - $(date +%s) - 15))
+	((limit > step_limit)) && limit=$step_limit
+	if ((limit < 10)); then
+		printf '%-28s %-10s %8d ms\n' "$name" NOTRUN 0 >>"$summary"
+		echo "  [$name] not run: the ${DEVICE_CHECK_BUDGET:-540} s budget is spent"
+		cp "$summary" "$results/summary.txt"
+		return
+	fi
+	timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
 	rc=$?
 	case $rc in
 	0) status=PASS ;;
 	77) status=SKIP ;;
-	124) status=TIMEOUT ;;
+	124 | 137) status=TIMEOUT ;;
 	*) status="FAIL($rc)" ;;
 	esac
 	printf '%-28s %-10s %8d ms\n' "$name" "$status" $((($(date +%s%N) - start) / 1000000)) >>"$summary"
 	tail -n 3 "$out/$name.log" | sed "s/^/  [$name] /"
+	pack
 }
 
 {
@@ -103,10 +140,12 @@ for policy in dos dmda all-cpu stride; do
 done
 
 echo
-echo "== device check: $(head -n 1 "$out/machine.txt"), results in $out"
+echo "== device check: $(head -n 1 "$out/machine.txt"), work folder $out"
 sed -n '/^# Summary/,$p' "$out/bench_adam.log" 2>/dev/null
 grep -E '^(policy|dos|all-cpu|stride|resident|dmda|lws) |^# bound' "$out/policies.log" 2>/dev/null
 grep -H '^gemm ' "$out/gemm.log" 2>/dev/null
 grep -H '^summary: ' "$out"/train_*.log 2>/dev/null
 cat "$summary"
-! grep -qE 'FAIL|TIMEOUT' "$summary"
+pack
+echo "(all logs: $results/device-check.tar.gz)"
+! grep -qE 'FAIL|TIMEOUT|NOTRUN' "$summary"
