@@ -262,6 +262,17 @@ static void xent_cpu(void *buffers[], void *cl_arg)
 
 /* ---- CUDA (asynchronous on StarPU's stream; cuBLAS through StarPU's handle, which
  * starpu_cublas_init() binds to that stream) ------------------------------------------- */
+void _dos_model_codelets_prepare(void)
+{
+#ifdef DOS_USE_CUDA
+	/* Outside a worker, starpu_cublas_get_local_handle() is StarPU's main handle: NULL
+	 * exactly when starpu_cublas_init() never ran. Calling it a second time would replace
+	 * (and leak) the handles of an application that did. */
+	if (starpu_cuda_worker_get_count() > 0 && !starpu_cublas_get_local_handle())
+		starpu_cublas_init();
+#endif
+}
+
 #ifdef DOS_USE_CUDA
 static void embed_fwd_cuda(void *buffers[], void *cl_arg)
 {

@@ -62,6 +62,12 @@ extern struct starpu_codelet _dos_xent_codelet;
  * STARPU_RW when it accumulates (StarPU reads cl->modes, not the task's, for codelets with
  * a fixed buffer count). */
 
+/* Makes StarPU's per-worker cuBLAS handles exist (starpu_cublas_init) when there are CUDA
+ * workers and nobody created them yet: the products' CUDA implementations take
+ * starpu_cublas_get_local_handle(), which is NULL until then. Call after starpu_init,
+ * outside tasks, before submitting model tasks. No-op without CUDA. */
+void _dos_model_codelets_prepare(void);
+
 /* The "size" the products' perfmodels regress on: floating-point operations. */
 size_t _dos_linear_flops(struct starpu_task *task, unsigned nimpl);
 size_t _dos_attention_fwd_flops(struct starpu_task *task, unsigned nimpl);

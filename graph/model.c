@@ -188,6 +188,8 @@ int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape,
 	}
 	/* as in real training, forward and backward run on the GPU when there is one */
 	m->gpu_only = starpu_cuda_worker_get_count() > 0;
+	/* whose products need StarPU's cuBLAS handles: without them every GPU product aborts */
+	_dos_model_codelets_prepare();
 	uint64_t offset = 0;
 	for (uint32_t t = 0; t < m->ntensors; t++) {
 		starpu_vector_data_register(&m->weight[t], STARPU_MAIN_RAM,

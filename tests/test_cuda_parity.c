@@ -19,6 +19,10 @@ int main(void)
 
 static const size_t sizes[] = {1, 7, 8, 15, 17, 100, 65536 * 3 + 1000, 1000003};
 static const size_t offsets[] = {0, 1, 3};
+/* Past what one pass of the kernels' grids covers (8192 blocks of 256 threads, 4 elements
+ * a thread in the aligned update): every grid-stride loop runs several times, and
+ * grad_stats adds over a thousand segment sums. The sizes above fit in one pass. */
+static const size_t large_size = (size_t)2 * 8192 * 256 * 4 + 5;
 
 /* A device copy of host[0 .. bytes) placed `offset_bytes` past a 256-byte boundary. */
 static void *to_device(void **base, const void *host, size_t bytes, size_t offset_bytes)
@@ -165,8 +169,13 @@ int main(void)
 					check_adam(n, off, (enum dos_dtype)gt, (enum dos_dtype)wt, 1,
 						   seed + (uint64_t)wt);
 			}
-	printf("CUDA (%s) == scalar on every output: %zu sizes x %zu offsets x 3 grad dtypes x 3 weight kinds\n",
-	       prop.name, sizeof sizes / sizeof sizes[0], sizeof offsets / sizeof offsets[0]);
+	for (size_t off = 0; off <= 1; off++) { /* aligned (vec4) and unaligned (scalar) paths */
+		check_companions(large_size, off, DOS_FP16, 0x1a53ULL + off);
+		check_adam(large_size, off, DOS_FP16, DOS_BF16, 1, 0x1a53ULL + off);
+	}
+	printf("CUDA (%s) == scalar on every output: %zu sizes x %zu offsets x 3 grad dtypes x 3 weight kinds, "
+	       "and %zu elements (fp16 grad, bf16 weight) at 2 offsets\n",
+	       prop.name, sizeof sizes / sizeof sizes[0], sizeof offsets / sizeof offsets[0], large_size);
 	return 0;
 }
 #endif

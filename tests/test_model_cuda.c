@@ -202,12 +202,23 @@ static double max_abs(const float *p, size_t count)
 	return m;
 }
 
+/* Copies host[0 .. bytes) to dev on the test's stream and waits. Not cudaMemcpy: that one
+ * runs on the legacy default stream, which a cudaStreamNonBlocking stream does not wait
+ * for, and from pageable memory it may return before the data reaches the device, so a
+ * kernel launched next on `stream` could read the buffer's old content. */
+static void copy_to_device(void *dev, const void *host, size_t bytes)
+{
+	if (!bytes)
+		return;
+	CUDA_OK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream));
+	CUDA_OK(cudaStreamSynchronize(stream));
+}
+
 static void *upload(const void *host, size_t bytes)
 {
 	void *dev = NULL;
 	CUDA_OK(cudaMalloc(&dev, bytes ? bytes : 1));
-	if (bytes)
-		CUDA_OK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+	copy_to_device(dev, host, bytes);
 	return dev;
 }
 
@@ -313,7 +324,7 @@ static void check_rmsnorm(const struct shape *s, const char *sname, uint64_t *rn
 	free(gy), free(grstd);
 
 	/* backward from the CPU's rstd (the forward's bits are checked above) */
-	CUDA_OK(cudaMemcpy(drstd, rstd, n * sizeof(float), cudaMemcpyHostToDevice));
+	copy_to_device(drstd, rstd, n * sizeof(float));
 	float *g = host_normal(rng, n * d, 1.0), *dg = upload_f(g, n * d);
 	for (int mode = 0; mode < 4; mode++) {
 		const int acc_dx = mode & 1, acc_dw = mode >> 1;
@@ -427,7 +438,7 @@ static void check_attention(const struct shape *s, const char *sname, uint64_t *
 	free(gout), free(gprobs);
 
 	/* backward from the CPU's probs, dqkv starting as NaN (overwritten) */
-	CUDA_OK(cudaMemcpy(dprobs, probs, np * sizeof(float), cudaMemcpyHostToDevice));
+	copy_to_device(dprobs, probs, np * sizeof(float));
 	float *g = host_normal(rng, n * d, 1.0), *dg = upload_f(g, n * d);
 	float *dqkv = host_fill(n * 3 * d, NAN), *ddqkv = upload_f(dqkv, n * 3 * d);
 	_dos_attention_bwd_cpu(qkv, probs, g, dqkv, B, T, H, hd, DOS_FP32);
@@ -607,7 +618,7 @@ static void check_sixteen(const struct shape *s, const char *sname, uint64_t *rn
 	got = download(drstd, n);
 	compare(k, ctx, "rmsnorm_fwd rstd (fp32)", rstd, got, 1, n, n, &bitwise, 0.0);
 	free(got);
-	CUDA_OK(cudaMemcpy(drstd, rstd, n * sizeof(float), cudaMemcpyHostToDevice));
+	copy_to_device(drstd, rstd, n * sizeof(float));
 	_dos_rmsnorm_bwd_cpu(x, w, rstd, g, dxr, dw, n, d, 1, 0, dt);
 	CUDA_OK(_dos_rmsnorm_bwd_cuda(dx, dw_in, drstd, dg, ddxr, ddw, n, d, 1, 0, dt, stream));
 	compare16(k, ctx, "rmsnorm_bwd accumulated dx", dxr, ddxr, n * d, dt, &bitwise, 0.0);
@@ -643,7 +654,7 @@ static void check_sixteen(const struct shape *s, const char *sname, uint64_t *rn
 	CUDA_OK(_dos_attention_fwd_cuda(blas, dqkv_in, datt, dprobs, B, T, H, hd, dt, stream));
 	compare16(k, ctx, "attention_fwd probs", probs, dprobs, np, dt, &attention16, 0.0);
 	compare16(k, ctx, "attention_fwd out", att, datt, n * d, dt, &attention16, 0.0);
-	CUDA_OK(cudaMemcpy(dprobs, probs, np * 2, cudaMemcpyHostToDevice));
+	copy_to_device(dprobs, probs, np * 2);
 	_dos_attention_bwd_cpu(qkv, probs, gatt, dqkv, B, T, H, hd, dt);
 	CUDA_OK(_dos_attention_bwd_cuda(blas, dqkv_in, dprobs, dgatt, ddqkv, B, T, H, hd, dt, stream));
 	compare16(k, ctx, "attention_bwd dqkv", dqkv, ddqkv, n * 3 * d, dt, &attention16, 0.0);
