@@ -15,7 +15,19 @@
 # (DEVICE_CHECK_BUDGET seconds, default 540: under the tool's 600) lasts; the others are
 # reported NOTRUN, and count as a failure.
 #
-# Usage: tools/device-check.sh [BUNDLE_DIR] [OUT_DIR]   (defaults: device-bundle, $OUT)
+# The steps come in three groups, run in the order given (default: all three, in this
+# order, most precious first, so that a spent budget costs the least):
+#   gpu    what only a GPU can show: StarPU sees it, the CUDA kernels' parity with the
+#          CPU, StarPU tests that place tasks there, CPU-versus-GPU placement invariance;
+#   bench  product rates, bus and codelet calibration, the Adam benchmark, whole training
+#          iterations of a ~1 B model per policy (issue 5), host measurements, the policy
+#          comparison (issue 4);
+#   tests  the other tests (CPU-only: they pass on our machines too) and test_train.sh
+#          with forward and backward on the GPU.
+# A session whose first call left steps NOTRUN runs the rest in a second call, e.g.
+# `tools/device-check.sh device-bundle "$OUT" tests`.
+#
+# Usage: tools/device-check.sh [BUNDLE_DIR] [OUT_DIR] [GROUP...]   (defaults: device-bundle, $OUT)
 set -uo pipefail
 started=$(date +%s)
 bundle=$(cd "${1:-device-bundle}" && pwd) || {
@@ -23,6 +35,16 @@ bundle=$(cd "${1:-device-bundle}" && pwd) || {
 	exit 2
 }
 results=${2:-${OUT:-device-results}}
+shift $(($# < 2 ? $# : 2))
+groups=("$@")
+((${#groups[@]})) || groups=(gpu bench tests)
+for g in "${groups[@]}"; do
+	case $g in gpu | bench | tests) ;; *)
+		echo "device-check: unknown group '$g' (gpu, bench, tests)" >&2
+		exit 2
+		;;
+	esac
+done
 mkdir -p "$results"
 results=$(cd "$results" && pwd)
 out=${DEVICE_CHECK_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/device-check.XXXXXX")}
@@ -113,8 +135,6 @@ step starpu_machine_display "$bundle/bin/starpu_machine_display"
 if ((gpu_present)); then
 	step starpu_sees_the_gpu grep -E '^[0-9]+ CUDA workers?:' "$out/starpu_machine_display.log"
 fi
-# the budget may not cover everything: what only this machine can check goes first (the
-# CUDA kernels, StarPU tests that place tasks on the GPU), the CPU-only tests after it
 run_tests() {
 	local t name
 	for t in "$@"; do
@@ -123,44 +143,61 @@ run_tests() {
 		grep -q "^$name " "$summary" || step "$name" "$t"
 	done
 }
-run_tests "$bundle"/tests/test_{cuda_parity,model_cuda,codelets_starpu,train_nonfinite,policy_starpu}
-# the optimizer's placement must not change the result with a GPU either: every update on
-# the CPU against every update on the GPU (resident ratio 1), forward/backward on the GPU
-step invariance_cpu_gpu sh -c "'$bundle/bin/dos-train' --preset tiny --steps 12 --quiet --policy all-cpu \
-	--dump '$out/all-cpu.bin' && DOS_RESIDENT_RATIO=1 '$bundle/bin/dos-train' --preset tiny --steps 12 --quiet \
-	--policy resident --dump '$out/all-gpu.bin' && cmp '$out/all-cpu.bin' '$out/all-gpu.bin'"
-# the same in bf16: the model computes in 16 bits on the GPU (tensor-core products), the
-# optimizer's state stays fp32 wherever each update runs
-step invariance_cpu_gpu_bf16 sh -c "'$bundle/bin/dos-train' --preset tiny --steps 12 --quiet --precision bf16 \
-	--policy all-cpu --dump '$out/all-cpu-bf16.bin' && DOS_RESIDENT_RATIO=1 '$bundle/bin/dos-train' --preset tiny \
-	--steps 12 --quiet --precision bf16 --policy resident --dump '$out/all-gpu-bf16.bin' && \
-	cmp '$out/all-cpu-bf16.bin' '$out/all-gpu-bf16.bin'"
-# equal dumps prove nothing if no update ran on the GPU (no CUDA worker: both runs on the CPU)
-if ((gpu_present)); then
-	step invariance_used_the_gpu sh -c "for p in '' _bf16; do grep -E 'ran [0-9]+ on CPU workers, [1-9][0-9]* on GPU' \
-		\"$out/invariance_cpu_gpu\$p.log\" || exit 1; done"
-fi
-run_tests "$bundle"/tests/test_*
-# dos-train's end-to-end test expects ./dos-train (forward and backward now on the GPU)
-(cd "$bundle/bin" && DOS_QUICK_CHECK=1 step test_train.sh sh ../tests/test_train.sh)
-# the product rates forward and backward are measured against (dos-train's summary
-# prints the rate its products reached)
-step gemm "$bundle/bin/dos-bench" gemm
-step calibrate_bus "$bundle/bin/starpu_calibrate_bus"
-step bench_adam "$bundle/bin/dos-bench" adam
-step calibrate_codelets env STARPU_CALIBRATE=1 "$bundle/bin/dos-bench" calibrate
-step host_measurements "$bundle/bin/dos-bench" host
-# the policies on the real GPU, with the models and host measurements just taken
-# (2e9 params: 32 GB of host state; DEVICE_CHECK_POLICY_PARAMS for smaller hosts)
-step policies env DOS_SCHED_VERBOSE=1 "$bundle/bin/dos-bench" optimizer --params "${DEVICE_CHECK_POLICY_PARAMS:-2e9}" \
-	--subgroup 1e8 --steps 3 --policies dos,all-cpu,stride,resident,dmda,lws
-# whole training iterations of a ~1 B model (issue 5's target): iteration time per policy,
-# the last iteration of dos drawn; DEVICE_CHECK_TRAIN_PRESET for another size,
-# DEVICE_CHECK_TRAIN_PRECISION for another precision (bf16: the mixed-precision model)
-for policy in dos dmda all-cpu stride; do
-	step "train_$policy" env STARPU_MINIMUM_CLEAN_BUFFERS=0 STARPU_TARGET_CLEAN_BUFFERS=0 \
-		"$bundle/bin/dos-train" --preset "${DEVICE_CHECK_TRAIN_PRESET:-1b}" --steps 6 --policy "$policy" \
-		--precision "${DEVICE_CHECK_TRAIN_PRECISION:-bf16}" --plot "$out/train_$policy.svg"
+
+group_gpu() {
+	if ((gpu_present)); then
+		step starpu_sees_the_gpu grep -E '^[0-9]+ CUDA workers?:' "$out/starpu_machine_display.log"
+	fi
+	run_tests "$bundle"/tests/test_{cuda_parity,model_cuda,codelets_starpu,train_nonfinite,policy_starpu}
+	# the optimizer's placement must not change the result with a GPU either: every update
+	# on the CPU against every update on the GPU (resident ratio 1), forward/backward on the
+	# GPU
+	step invariance_cpu_gpu sh -c "'$bundle/bin/dos-train' --preset tiny --steps 12 --quiet --policy all-cpu \
+		--dump '$out/all-cpu.bin' && DOS_RESIDENT_RATIO=1 '$bundle/bin/dos-train' --preset tiny --steps 12 --quiet \
+		--policy resident --dump '$out/all-gpu.bin' && cmp '$out/all-cpu.bin' '$out/all-gpu.bin'"
+	# the same in bf16: the model computes in 16 bits on the GPU (tensor-core products), the
+	# optimizer's state stays fp32 wherever each update runs
+	step invariance_cpu_gpu_bf16 sh -c "'$bundle/bin/dos-train' --preset tiny --steps 12 --quiet --precision bf16 \
+		--policy all-cpu --dump '$out/all-cpu-bf16.bin' && DOS_RESIDENT_RATIO=1 '$bundle/bin/dos-train' --preset tiny \
+		--steps 12 --quiet --precision bf16 --policy resident --dump '$out/all-gpu-bf16.bin' && \
+		cmp '$out/all-cpu-bf16.bin' '$out/all-gpu-bf16.bin'"
+	# equal dumps prove nothing if no update ran on the GPU (no CUDA worker: both on the CPU)
+	if ((gpu_present)); then
+		step invariance_used_the_gpu sh -c "for p in '' _bf16; do grep -E 'ran [0-9]+ on CPU workers, [1-9][0-9]* on GPU' \
+			\"$out/invariance_cpu_gpu\$p.log\" || exit 1; done"
+	fi
+}
+
+group_bench() {
+	# the product rates forward and backward are measured against (dos-train's summary
+	# prints the rate its products reached)
+	step gemm "$bundle/bin/dos-bench" gemm
+	step calibrate_bus "$bundle/bin/starpu_calibrate_bus"
+	step bench_adam "$bundle/bin/dos-bench" adam
+	step calibrate_codelets env STARPU_CALIBRATE=1 "$bundle/bin/dos-bench" calibrate
+	# whole training iterations of a ~1 B model (issue 5's target): iteration time per
+	# policy, the last iteration of each drawn; DEVICE_CHECK_TRAIN_PRESET for another size,
+	# DEVICE_CHECK_TRAIN_PRECISION for another precision (bf16: the mixed-precision model)
+	for policy in dos dmda all-cpu stride; do
+		step "train_$policy" env STARPU_MINIMUM_CLEAN_BUFFERS=0 STARPU_TARGET_CLEAN_BUFFERS=0 \
+			"$bundle/bin/dos-train" --preset "${DEVICE_CHECK_TRAIN_PRESET:-1b}" --steps 6 --policy "$policy" \
+			--precision "${DEVICE_CHECK_TRAIN_PRECISION:-bf16}" --plot "$out/train_$policy.svg"
+	done
+	step host_measurements "$bundle/bin/dos-bench" host
+	# the policies on the real GPU, with the models and host measurements just taken
+	# (2e9 params: 32 GB of host state; DEVICE_CHECK_POLICY_PARAMS for smaller hosts)
+	step policies env DOS_SCHED_VERBOSE=1 "$bundle/bin/dos-bench" optimizer --params "${DEVICE_CHECK_POLICY_PARAMS:-2e9}" \
+		--subgroup 1e8 --steps 3 --policies dos,all-cpu,stride,resident,dmda,lws
+}
+
+group_tests() {
+	run_tests "$bundle"/tests/test_*
+	# dos-train's end-to-end test expects ./dos-train (forward and backward on the GPU)
+	(cd "$bundle/bin" && DOS_QUICK_CHECK=1 step test_train.sh sh ../tests/test_train.sh)
+}
+
+for g in "${groups[@]}"; do
+	"group_$g"
 done
 
 echo
