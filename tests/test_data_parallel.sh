@@ -15,12 +15,8 @@
 # Skipped (77) when dos-train was built without StarPU-MPI or mpirun is missing.
 set -u
 train=./dos-train
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+# shellcheck source=tests/test_lib.sh
+. "$(dirname "$0")/test_lib.sh"
 command -v mpirun >/dev/null 2>&1 || {
 	echo "mpirun not found: skipped"
 	exit 77
@@ -29,7 +25,7 @@ grep -q 'define DOS_HAVE_MPI 1' config.h 2>/dev/null || {
 	echo "built without StarPU-MPI: skipped"
 	exit 77
 }
-export STARPU_SILENT=1 STARPU_NCPU=1
+export STARPU_NCPU=1
 # Open MPI refuses root unless told; the job may use more ranks than cores here
 mpi_flags="--oversubscribe --bind-to none"
 [ "$(id -u)" = 0 ] && mpi_flags="$mpi_flags --allow-run-as-root"

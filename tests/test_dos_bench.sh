@@ -5,13 +5,8 @@
 # naming the option and the value.
 set -u
 bench=./dos-bench
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-export STARPU_SILENT=1
+# shellcheck source=tests/test_lib.sh
+. "$(dirname "$0")/test_lib.sh"
 
 $bench gemm --cpu-size 128 --gpu-size 256 --reps 3 >"$work/gemm.log" 2>&1 || fail "dos-bench gemm failed: $(cat "$work/gemm.log")"
 rate=$(sed -n 's/^gemm cpu fp32 n=128: \([0-9.]*\) GFLOP\/s.*/\1/p' "$work/gemm.log")

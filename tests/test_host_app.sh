@@ -14,13 +14,8 @@
 set -u
 app=./examples/host_app
 ref=./tests/test_embed_reference
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-export STARPU_SILENT=1
+# shellcheck source=tests/test_lib.sh
+. "$(dirname "$0")/test_lib.sh"
 
 run() { # name, program, args...
 	name=$1

@@ -8,16 +8,12 @@
 # run under such a limit.
 set -u
 train=./dos-train
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+# shellcheck source=tests/test_lib.sh
+. "$(dirname "$0")/test_lib.sh"
 # One BLAS thread: OpenBLAS's worker threads allocate their buffers on their own and,
 # when that fails under the limit, spin until exit waits for them forever. At most two
 # malloc arenas: each reserves 64 MiB of address space, more with more threads.
-export STARPU_SILENT=1 OPENBLAS_NUM_THREADS=1 MALLOC_ARENA_MAX=2
+export OPENBLAS_NUM_THREADS=1 MALLOC_ARENA_MAX=2
 [ -r /proc/self/status ] || {
 	echo "no /proc to read the address space from: skipped"
 	exit 77

@@ -21,13 +21,8 @@
 # instead of the full run, with a margin of 0.4 (measured: 4.03 -> 3.14).
 set -u
 train=./dos-train
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-export STARPU_SILENT=1
+# shellcheck source=tests/test_lib.sh
+. "$(dirname "$0")/test_lib.sh"
 
 # ---- 1. placement invariance --------------------------------------------------------
 # One reference per precision; every variant must give the same bytes.

@@ -31,7 +31,8 @@ for t in "$build"/tests/test_*; do
 done
 cp "$(real_binary "$build/dos-bench")" "$bundle/bin/dos-bench"
 cp "$(real_binary "$build/dos-train")" "$bundle/bin/dos-train"
-cp "$top"/tests/test_train.sh "$bundle/tests/"
+# test_train.sh sources test_lib.sh from its own folder
+cp "$top"/tests/test_train.sh "$top"/tests/test_lib.sh "$bundle/tests/"
 for tool in starpu_machine_display starpu_calibrate_bus starpu_perfmodel_display; do
 	cp "$starpu/bin/$tool" "$bundle/bin/"
 done
