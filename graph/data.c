@@ -59,7 +59,7 @@ int dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len, 
 		return DOS_FAIL(-EIO, "short read of the data file %s (%zu of %llu bytes)", path, got,
 				(unsigned long long)len);
 	}
-	c.len = len;
+	c.len = c.train_len = len;
 	c.rng = seed ^ DOS_DATA_SEED_MIX;
 	starpu_vector_data_register(&c.handle, STARPU_MAIN_RAM, (uintptr_t)c.bytes, (uint32_t)len, 1);
 	*out = c;
@@ -75,6 +75,19 @@ void dos_corpus_free(struct dos_corpus *c)
 	*c = (struct dos_corpus){0};
 }
 
+/* Registers the ids and targets of the sequences starting at starts[0 .. nseq) and submits
+ * the task that fills them (it frees starts). */
+static int submit_batch(struct dos_corpus *c, uint64_t *starts, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
+			starpu_data_handle_t *ids, starpu_data_handle_t *targets)
+{
+	uint32_t n = nseq * seq_len;
+	starpu_vector_data_register(ids, -1, 0, n, sizeof(int32_t));
+	starpu_vector_data_register(targets, -1, 0, n, sizeof(int32_t));
+	int err = starpu_task_insert(&_dos_batch_codelet, STARPU_R, c->handle, STARPU_W, *ids, STARPU_W, *targets,
+				     STARPU_CL_ARGS, starts, nseq * sizeof *starts, STARPU_SCHED_CTX, sched_ctx, 0);
+	return err ? DOS_FAIL(err, "submitting the batch task failed (%d)", err) : 0;
+}
+
 int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
 			  starpu_data_handle_t *ids, starpu_data_handle_t *targets)
 {
@@ -82,13 +95,38 @@ int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len,
 	if (!starts)
 		return DOS_FAIL(-ENOMEM, "no memory for %u batch offsets", nseq);
 	for (uint32_t s = 0; s < nseq; s++)
-		starts[s] = dos_splitmix64(&c->rng) % (c->len - seq_len);
-	uint32_t n = nseq * seq_len;
-	starpu_vector_data_register(ids, -1, 0, n, sizeof(int32_t));
-	starpu_vector_data_register(targets, -1, 0, n, sizeof(int32_t));
-	int err = starpu_task_insert(&_dos_batch_codelet, STARPU_R, c->handle, STARPU_W, *ids, STARPU_W, *targets,
-				     STARPU_CL_ARGS, starts, nseq * sizeof *starts, STARPU_SCHED_CTX, sched_ctx, 0);
-	return err ? DOS_FAIL(err, "submitting the batch task failed (%d)", err) : 0;
+		starts[s] = dos_splitmix64(&c->rng) % (c->train_len - seq_len);
+	return submit_batch(c, starts, nseq, seq_len, sched_ctx, ids, targets);
+}
+
+int dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len,
+			uint32_t *eval_batches)
+{
+	if (!(fraction > 0 && fraction <= 0.5))
+		return DOS_FAIL(-EINVAL, "eval_fraction = %g must be in (0, 0.5]", fraction);
+	uint64_t held = (uint64_t)((double)c->len * fraction), train = c->len - held;
+	/* a held-out sequence's targets reach one byte past it */
+	uint64_t sequences = held > 0 ? (held - 1) / seq_len : 0;
+	if (train < (uint64_t)seq_len + 1 || sequences < nseq)
+		return DOS_FAIL(-EINVAL,
+				"eval_fraction = %g of the %llu-byte corpus: %llu bytes for training (need %llu) and "
+				"%llu held-out sequences of %u tokens (need a micro-batch of %u)",
+				fraction, (unsigned long long)c->len, (unsigned long long)train,
+				(unsigned long long)seq_len + 1, (unsigned long long)sequences, seq_len, nseq);
+	c->train_len = train;
+	*eval_batches = (uint32_t)(sequences / nseq < UINT32_MAX ? sequences / nseq : UINT32_MAX);
+	return 0;
+}
+
+int dos_corpus_eval_batch(struct dos_corpus *c, uint32_t index, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
+			  starpu_data_handle_t *ids, starpu_data_handle_t *targets)
+{
+	uint64_t *starts = malloc(nseq * sizeof *starts);
+	if (!starts)
+		return DOS_FAIL(-ENOMEM, "no memory for %u batch offsets", nseq);
+	for (uint32_t s = 0; s < nseq; s++)
+		starts[s] = c->train_len + ((uint64_t)index * nseq + s) * seq_len;
+	return submit_batch(c, starts, nseq, seq_len, sched_ctx, ids, targets);
 }
 
 void dos_corpus_skip_batch(struct dos_corpus *c, uint32_t nseq)

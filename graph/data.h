@@ -22,6 +22,9 @@ struct dos_corpus {
 	uint8_t *bytes; /* from dos_host_alloc (pinned when CUDA workers exist and it can be) */
 	int pinned;
 	uint64_t len;
+	/* training batches come from bytes [0, train_len); [train_len, len) is held out for
+	 * evaluation (dos_corpus_hold_out; train_len = len without) */
+	uint64_t train_len;
 	starpu_data_handle_t handle; /* the bytes as a vector of uint8, home in main memory */
 	uint64_t rng;                /* batch-order generator */
 };
@@ -38,6 +41,20 @@ void dos_corpus_free(struct dos_corpus *c);
  * submits the task that fills them. The caller unregisters them (submit) after their last
  * use. Returns 0 or a negative errno. */
 int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
+			  starpu_data_handle_t *ids, starpu_data_handle_t *targets);
+
+/* Holds out the last `fraction` of the corpus (in (0, 0.5]) for evaluation: training
+ * batches are drawn from the rest from now on (another order than without a held-out
+ * part). *eval_batches receives the number of whole micro-batches of `nseq` sequences of
+ * `seq_len` tokens the held-out part holds, side by side. Errors: -EINVAL naming the
+ * fraction when it is out of range, or leaves fewer than seq_len + 1 bytes for training
+ * or fewer than nseq sequences held out (the message names the sizes); *c unchanged. */
+int dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len,
+			uint32_t *eval_batches);
+
+/* Like dos_corpus_next_batch, the held-out micro-batch `index` (< dos_corpus_hold_out's
+ * count): the same tokens every time, without touching the batch order. */
+int dos_corpus_eval_batch(struct dos_corpus *c, uint32_t index, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
 			  starpu_data_handle_t *ids, starpu_data_handle_t *targets);
 
 /* Advances the batch order past a micro-batch of `nseq` sequences another rank of a

@@ -252,6 +252,9 @@ static void submit(struct dos_model *m, struct starpu_codelet *cl, const struct 
 	task->cl_arg_size = sizeof *copy;
 	task->cl_arg_free = 1;
 	task->sched_ctx = m->sched_ctx;
+	/* so that traces, timelines and dos-train's accounting tell evaluation from training */
+	if (m->evaluating)
+		task->name = "dos_eval";
 	if (m->gpu_only)
 		task->where = STARPU_CUDA;
 	task->nbuffers = nbuffers;
@@ -428,25 +431,18 @@ static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t
 	release(&dh);
 }
 
-int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
-				float grad_scale, int accumulate, starpu_data_handle_t *loss)
+/* Forward and loss of a micro-batch: x[l] is layer l's input, acts[l] its activations;
+ * *hf, *rstdf the final norm's output and row statistics, *dlogits the loss gradient
+ * (scaled by grad_scale), *loss the per-token losses. For evaluation (eval = 1) everything
+ * but the losses is released after its last use; for backward, x, hf, rstdf, dlogits, ids
+ * and (without activation checkpointing) acts stay for it. */
+static void forward_loss(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets, float grad_scale,
+			 int eval, starpu_data_handle_t *x, struct layer_activations *acts, starpu_data_handle_t *hf,
+			 starpu_data_handle_t *rstdf, starpu_data_handle_t *dlogits, starpu_data_handle_t *loss)
 {
-	if (!m || !m->numel || !ids || !targets || !loss)
-		return DOS_FAIL(-EINVAL, "NULL argument (model %p, ids %p, targets %p, loss %p)", (void *)m,
-				(void *)ids, (void *)targets, (void *)loss);
-	if (!isfinite(grad_scale) || grad_scale <= 0)
-		return DOS_FAIL(-EINVAL, "grad_scale = %g must be finite and positive", grad_scale);
 	const struct dos_model_shape *s = &m->shape;
 	uint32_t n = m->batch * s->seq_len, d = s->hidden, V = s->vocab, L = s->layers;
-	if (starpu_vector_get_nx(ids) != n || starpu_vector_get_nx(targets) != n)
-		return DOS_FAIL(-EINVAL, "ids/targets have %u/%u tokens, the micro-batch has %u",
-				starpu_vector_get_nx(ids), starpu_vector_get_nx(targets), n);
 	uint32_t lnf = DOS_T_LAYER0 + DOS_T_PER_LAYER * L, head = lnf + 1;
-
-	/* forward: x[l] is layer l's input, kept for backward */
-	starpu_data_handle_t x[L + 1];
-	struct layer_activations acts[L];
-	memset(acts, 0, sizeof acts);
 	x[0] = activation(m, (uint64_t)n * d);
 	struct _dos_model_args ea = {.n = n, .T = s->seq_len, .d = d, .V = V};
 	struct buffer eb[] = {{ids, STARPU_R},
@@ -454,21 +450,81 @@ int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, s
 			      {m->weight[DOS_T_POS_EMB], STARPU_R},
 			      {x[0], STARPU_W}};
 	submit(m, &_dos_embed_fwd_codelet, &ea, eb, 4);
+	if (eval)
+		release(&ids);
 	for (uint32_t l = 0; l < L; l++) {
 		x[l + 1] = layer_forward(m, l, x[l], &acts[l], 0);
-		if (m->checkpoint_activations)
+		if (m->checkpoint_activations || eval)
 			release_layer(&acts[l]);
+		if (eval)
+			release(&x[l]);
 	}
-	starpu_data_handle_t hf = activation(m, (uint64_t)n * d), rstdf = row_stats(n);
-	rmsnorm_fwd(m, x[L], m->weight[lnf], hf, rstdf, n);
-	starpu_data_handle_t logits = activation(m, (uint64_t)n * V), dlogits = activation(m, (uint64_t)n * V);
-	linear_fwd(m, hf, m->weight[head], NULL, logits, n, d, V);
+	*hf = activation(m, (uint64_t)n * d), *rstdf = row_stats(n);
+	rmsnorm_fwd(m, x[L], m->weight[lnf], *hf, *rstdf, n);
+	starpu_data_handle_t logits = activation(m, (uint64_t)n * V);
+	*dlogits = activation(m, (uint64_t)n * V);
+	linear_fwd(m, *hf, m->weight[head], NULL, logits, n, d, V);
 	starpu_vector_data_register(loss, -1, 0, n, sizeof(float));
 	struct _dos_model_args xa = {.n = n, .V = V, .grad_scale = grad_scale};
-	struct buffer xb[] = {{logits, STARPU_R}, {targets, STARPU_R}, {*loss, STARPU_W}, {dlogits, STARPU_W}};
+	struct buffer xb[] = {{logits, STARPU_R}, {targets, STARPU_R}, {*loss, STARPU_W}, {*dlogits, STARPU_W}};
 	submit(m, &_dos_xent_codelet, &xa, xb, 4);
 	release(&logits);
 	release(&targets);
+	if (eval) {
+		release(&x[L]);
+		release(hf);
+		release(rstdf);
+		release(dlogits);
+	}
+}
+
+/* The arguments both submitters check. */
+static int check_batch(const struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
+		       starpu_data_handle_t *loss)
+{
+	if (!m || !m->numel || !ids || !targets || !loss)
+		return DOS_FAIL(-EINVAL, "NULL argument (model %p, ids %p, targets %p, loss %p)", (const void *)m,
+				(void *)ids, (void *)targets, (void *)loss);
+	uint32_t n = m->batch * m->shape.seq_len;
+	if (starpu_vector_get_nx(ids) != n || starpu_vector_get_nx(targets) != n)
+		return DOS_FAIL(-EINVAL, "ids/targets have %u/%u tokens, the micro-batch has %u",
+				starpu_vector_get_nx(ids), starpu_vector_get_nx(targets), n);
+	return 0;
+}
+
+int dos_model_submit_eval(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
+			  starpu_data_handle_t *loss)
+{
+	int err = check_batch(m, ids, targets, loss);
+	if (err)
+		return err;
+	uint32_t L = m->shape.layers;
+	starpu_data_handle_t x[L + 1], hf, rstdf, dlogits;
+	struct layer_activations acts[L];
+	memset(acts, 0, sizeof acts);
+	m->evaluating = 1;
+	forward_loss(m, ids, targets, 1.0f, 1, x, acts, &hf, &rstdf, &dlogits, loss);
+	m->evaluating = 0;
+	return 0;
+}
+
+int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
+				float grad_scale, int accumulate, starpu_data_handle_t *loss)
+{
+	int err = check_batch(m, ids, targets, loss);
+	if (err)
+		return err;
+	if (!isfinite(grad_scale) || grad_scale <= 0)
+		return DOS_FAIL(-EINVAL, "grad_scale = %g must be finite and positive", grad_scale);
+	const struct dos_model_shape *s = &m->shape;
+	uint32_t n = m->batch * s->seq_len, d = s->hidden, V = s->vocab, L = s->layers;
+	uint32_t lnf = DOS_T_LAYER0 + DOS_T_PER_LAYER * L, head = lnf + 1;
+
+	/* forward: x[l] is layer l's input, kept for backward */
+	starpu_data_handle_t x[L + 1], hf, rstdf, dlogits;
+	struct layer_activations acts[L];
+	memset(acts, 0, sizeof acts);
+	forward_loss(m, ids, targets, grad_scale, 0, x, acts, &hf, &rstdf, &dlogits, loss);
 
 	/* backward, last layer first: each layer's weight gradients are final (for this
 	 * micro-batch) as soon as its backward tasks end */
@@ -487,11 +543,11 @@ int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, s
 		release_layer(&acts[l]);
 		release(&x[l]);
 	}
+	struct _dos_model_args ea = {.n = n, .T = s->seq_len, .d = d, .V = V, .accumulate = accumulate};
 	struct buffer bb[] = {{ids, STARPU_R},
 			      {dx, STARPU_R},
 			      {m->grad[DOS_T_TOK_EMB], out_mode(accumulate)},
 			      {m->grad[DOS_T_POS_EMB], out_mode(accumulate)}};
-	ea.accumulate = accumulate;
 	submit(m, &_dos_embed_bwd_codelet, &ea, bb, 4);
 	release(&dx);
 	release(&ids);

@@ -50,6 +50,7 @@ struct dos_model {
 	int weights_pinned;           /* how dos_host_alloc made them */
 	starpu_data_handle_t *weight; /* [ntensors] */
 	starpu_data_handle_t *grad;   /* [ntensors] fp32 gradients (no home) */
+	int evaluating; /* within dos_model_submit_eval: its tasks are named "dos_eval" */
 	dos_task_hook hook;
 	void *hook_arg;
 };
@@ -90,5 +91,10 @@ uint64_t dos_model_activation_bytes(const struct dos_model_shape *shape, uint32_
  * of per-token losses (fp32, unscaled), which the caller reads and unregisters. */
 int dos_model_submit_microbatch(struct dos_model *model, starpu_data_handle_t ids, starpu_data_handle_t targets,
 				float grad_scale, int accumulate, starpu_data_handle_t *loss);
+/* Submits the forward and loss of one micro-batch for evaluation, without backward: the
+ * same losses submit_microbatch gives for these weights, nothing kept but them. Same
+ * arguments and errors as dos_model_submit_microbatch. */
+int dos_model_submit_eval(struct dos_model *model, starpu_data_handle_t ids, starpu_data_handle_t targets,
+			  starpu_data_handle_t *loss);
 
 #endif /* DOS_MODEL_H */

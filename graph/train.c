@@ -24,25 +24,27 @@ static double now_seconds(void)
 /* The losses of one submitted step, read later. */
 struct pending_step {
 	starpu_data_handle_t *loss; /* [micro-batches of the global batch] on rank 0, else none */
+	starpu_data_handle_t *eval_loss; /* [held-out micro-batches] on rank 0, after an evaluation */
+	int evaluated;
 	struct dos_step_report report;
 	uint64_t step;
 };
 
-/* Mean loss of a step: per-token losses summed in token order, in double (NAN under
- * SimGrid, where no task body runs). Unregisters the handles. */
-static double collect_loss(struct pending_step *p, uint32_t accumulation, uint32_t tokens)
+/* Mean loss over `count` handles of `tokens` per-token losses each, summed in token order,
+ * in double (NAN under SimGrid, where no task body runs). Unregisters the handles. */
+static double collect_loss(starpu_data_handle_t *loss, uint32_t count, uint32_t tokens)
 {
 	double sum = 0;
-	for (uint32_t a = 0; a < accumulation; a++) {
-		starpu_data_acquire(p->loss[a], STARPU_R);
-		const float *l = (const float *)starpu_vector_get_local_ptr(p->loss[a]);
+	for (uint32_t a = 0; a < count; a++) {
+		starpu_data_acquire(loss[a], STARPU_R);
+		const float *l = (const float *)starpu_vector_get_local_ptr(loss[a]);
 		for (uint32_t i = 0; i < tokens; i++)
 			sum += DOS_VALUES_ARE_REAL ? l[i] : NAN;
-		starpu_data_release(p->loss[a]);
-		starpu_data_unregister(p->loss[a]);
-		p->loss[a] = NULL;
+		starpu_data_release(loss[a]);
+		starpu_data_unregister(loss[a]);
+		loss[a] = NULL;
 	}
-	return sum / ((double)tokens * accumulation);
+	return sum / ((double)tokens * count);
 }
 
 /* Copies a flat array of `dtype` whose slices are the handles [first, end) (homed in it)
@@ -221,6 +223,12 @@ static int check_config(const struct dos_train_config *c)
 		return DOS_FAIL(-EINVAL, "data_path is NULL");
 	if (c->shape.vocab < 256)
 		return DOS_FAIL(-EINVAL, "vocab = %u: the byte-level corpus needs at least 256", c->shape.vocab);
+	if (!(c->eval_fraction == 0 || (c->eval_fraction > 0 && c->eval_fraction <= 0.5)))
+		return DOS_FAIL(-EINVAL, "eval_fraction = %g must be 0 (nothing held out) or in (0, 0.5]",
+				c->eval_fraction);
+	if (c->eval_every && c->eval_fraction == 0)
+		return DOS_FAIL(-EINVAL, "eval_every = %llu needs held-out data: eval_fraction is 0",
+				(unsigned long long)c->eval_every);
 	if ((c->resume || c->checkpoint_every) && !c->checkpoint_dir)
 		return DOS_FAIL(-EINVAL, "resume = %d, checkpoint_every = %llu: both need a checkpoint_dir", c->resume,
 				(unsigned long long)c->checkpoint_every);
@@ -246,9 +254,14 @@ static int finish_step(const struct dos_train_config *cfg, struct dos_optimizer 
 		return 0;
 	uint32_t A = cfg->accumulation * (uint32_t)dos_dp_size(&cfg->dp),
 		 tokens = cfg->micro_batch * cfg->shape.seq_len;
-	double loss = collect_loss(q, A, tokens);
+	double loss = collect_loss(q->loss, A, tokens), eval_loss = NAN;
+	if (q->evaluated)
+		eval_loss = collect_loss(q->eval_loss, q->evaluated, tokens);
+	q->evaluated = 0;
 	if (out && out->losses)
 		out->losses[q->step - 1] = loss;
+	if (out && out->eval_losses)
+		out->eval_losses[q->step - 1] = eval_loss;
 	if (cfg->on_step) {
 		struct dos_train_progress pr = {.step = q->step,
 						.steps = cfg->steps,
@@ -257,6 +270,7 @@ static int finish_step(const struct dos_train_config *cfg, struct dos_optimizer 
 						.grad_norm = q->report.grad_norm,
 						.loss_scale = q->report.loss_scale_used,
 						.lr = q->report.lr,
+						.eval_loss = eval_loss,
 						.elapsed = now_seconds() - start,
 						.tokens = q->step * (uint64_t)tokens * A};
 		cfg->on_step(cfg->on_step_arg, &pr);
@@ -291,6 +305,24 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	if ((err = dos_corpus_load(&corpus, cfg->data_path, cfg->shape.seq_len, cfg->seed))) {
 		free(loss_slots);
 		return err;
+	}
+	/* E held-out micro-batches per evaluation, their loss handles after the steps' */
+	uint32_t E = 0;
+	if (cfg->eval_fraction > 0) {
+		starpu_data_handle_t *grown = NULL;
+		if (!(err = dos_corpus_hold_out(&corpus, cfg->eval_fraction, cfg->micro_batch, cfg->shape.seq_len, &E))) {
+			if (cfg->eval_batches && cfg->eval_batches < E)
+				E = cfg->eval_batches;
+			if (!(grown = realloc(loss_slots, 2 * ((size_t)A + E) * sizeof *loss_slots)))
+				err = DOS_FAIL(-ENOMEM, "no memory for the loss handles of %u held-out micro-batches", E);
+		}
+		if (err) {
+			dos_corpus_free(&corpus);
+			free(loss_slots);
+			return err;
+		}
+		loss_slots = grown;
+		memset(loss_slots + 2 * (size_t)A, 0, 2 * (size_t)E * sizeof *loss_slots);
 	}
 	if ((err = dos_model_create(&model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->opt.weight_dtype,
 				    cfg->checkpoint_activations, cfg->sched_ctx))) {
@@ -350,7 +382,8 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	if (out)
 		out->resumed_from = first_step;
 	uint32_t tokens = cfg->micro_batch * cfg->shape.seq_len;
-	struct pending_step pending[2] = {{.loss = loss_slots}, {.loss = loss_slots + A}};
+	struct pending_step pending[2] = {{.loss = loss_slots, .eval_loss = loss_slots + 2 * (size_t)A},
+					  {.loss = loss_slots + A, .eval_loss = loss_slots + 2 * (size_t)A + E}};
 	int have_pending = 0;
 	double start = now_seconds();
 	for (uint64_t k = first_step; k < cfg->steps && !err; k++) {
@@ -404,6 +437,19 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		 * memory before that backward. */
 		for (uint32_t t = 0; t < model.ntensors; t++)
 			starpu_data_invalidate_submit(model.grad[t]);
+		/* the held-out loss of the weights this step's refresh writes (rank 0's model has
+		 * the job's weights), read with the step's loss */
+		if (E && reporter && cfg->eval_every && ((k + 1) % cfg->eval_every == 0 || k + 1 == cfg->steps)) {
+			for (uint32_t i = 0; i < E && !err; i++) {
+				starpu_data_handle_t ids, targets;
+				if (!(err = dos_corpus_eval_batch(&corpus, i, cfg->micro_batch, cfg->shape.seq_len,
+								  cfg->sched_ctx, &ids, &targets)) &&
+				    !(err = dos_model_submit_eval(&model, ids, targets, &p->eval_loss[i])))
+					p->evaluated++;
+			}
+			if (err)
+				break;
+		}
 		/* the previous step while this one runs: first whether its updates left the state
 		 * finite (before anything can save it), then its loss */
 		if (have_pending && (err = finish_step(cfg, &opt, &pending[(k + 1) % 2], start, out)))
@@ -417,7 +463,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 			break;
 	}
 	starpu_task_wait_for_all();
-	for (size_t i = 0; i < 2 * (size_t)A; i++) /* left by an error */
+	for (size_t i = 0; i < 2 * ((size_t)A + E); i++) /* left by an error */
 		if (loss_slots[i])
 			starpu_data_unregister(loss_slots[i]);
 	free(loss_slots);

@@ -14,6 +14,7 @@ struct dos_train_progress {
 	double grad_norm;     /* -1 when not computed */
 	double loss_scale;
 	double lr;       /* the learning rate the step's update applied (0: skipped) */
+	double eval_loss; /* mean loss on the held-out data after this step; NAN when not evaluated */
 	double elapsed;  /* seconds since the run started */
 	uint64_t tokens; /* trained so far */
 };
@@ -25,6 +26,13 @@ struct dos_train_config {
 	uint64_t steps, seed;
 	int checkpoint_activations;
 	const char *data_path;
+	/* held-out data: the last eval_fraction (0: none, else in (0, 0.5]) of the corpus is
+	 * never trained on (the batches come from the rest: another order than without);
+	 * every eval_every steps (and after the last; 0: never) its mean loss is evaluated,
+	 * forward only, on rank 0. A resumed run needs the interrupted run's fraction */
+	uint64_t eval_every;
+	double eval_fraction;
+	uint32_t eval_batches; /* micro-batches per evaluation, at most what is held out; 0: all */
 	struct dos_optimizer_config opt;
 	unsigned sched_ctx;
 	/* a data-parallel job (graph/data_parallel.h): the global batch of a step is
@@ -54,6 +62,7 @@ struct dos_train_config {
 /* Optional outputs, each NULL or an array of the stated size. */
 struct dos_train_output {
 	double *losses;                  /* [steps] (rank 0) */
+	double *eval_losses;             /* [steps] (rank 0): NAN after steps not evaluated */
 	float *master, *m, *v, *weights; /* [nparams] each, after the last step; master, m and v
 					  * only in [state_begin, state_begin + state_len) */
 	uint64_t state_begin, state_len; /* the parameters whose state this rank keeps */

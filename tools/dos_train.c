@@ -116,8 +116,8 @@ __attribute__((constructor)) static void simulate_from_command_line(void)
 
 /* ---- phase times and update placement, from task profiling --------------------------- */
 
-enum phase { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE, PHASE_COUNT };
-static const char *const phase_names[PHASE_COUNT] = {"data", "forward", "backward", "update"};
+enum phase { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE, PHASE_EVAL, PHASE_COUNT };
+static const char *const phase_names[PHASE_COUNT] = {"data", "forward", "backward", "update", "held-out evaluation"};
 
 /* Time intervals (us), to tell how many updates ran while backward was still running. */
 struct intervals {
@@ -189,6 +189,8 @@ static enum phase phase_of(const char *name)
 {
 	if (!strcmp(name, "dos_batch"))
 		return PHASE_DATA;
+	if (!strcmp(name, "dos_eval")) /* graph/model.c names every task of an evaluation so */
+		return PHASE_EVAL;
 	if (strstr(name, "_bwd"))
 		return PHASE_BACKWARD;
 	if (!strncmp(name, "dos_adam", 8) || !strcmp(name, "dos_flat_copy") || !strcmp(name, "dos_grad_stats"))
@@ -245,15 +247,17 @@ static void watch_task(void *arg, struct starpu_task *task)
 	struct accounting *acc = arg;
 	struct watched *w = malloc(sizeof *w);
 	/* tasks are submitted in step order, and each micro-batch starts with its embedding
-	 * forward (the batch tasks do not come through this hook) */
-	if (task->cl && !strcmp(task->cl->name, "dos_embed_fwd"))
+	 * forward (the batch tasks do not come through this hook; an evaluation's embedding
+	 * forward is named dos_eval) */
+	const char *name = starpu_task_get_name(task);
+	if (name && !strcmp(name, "dos_embed_fwd"))
 		acc->microbatches_submitted++;
 	if (w) {
 		*w = (struct watched){acc, task->callback_func, task->callback_arg,
 				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation, 0};
 		/* the products' perfmodels regress on their operation count (codelets/model.c):
 		 * the same count gives their rate */
-		enum phase phase = phase_of(task->cl ? task->cl->name : "");
+		enum phase phase = phase_of(name ? name : "");
 		if ((phase == PHASE_FORWARD || phase == PHASE_BACKWARD) && task->cl && task->cl->model &&
 		    task->cl->model->size_base)
 			w->flops = (double)task->cl->model->size_base(task, 0);
@@ -281,6 +285,8 @@ struct progress {
 	double first_loss, last_loss;
 	double first_sum, recent[LOSS_WINDOW];
 	uint64_t skipped, seen;
+	double first_eval, last_eval; /* held-out losses, once evaluations > 0 */
+	uint64_t first_eval_step, last_eval_step, evaluations;
 	double *loss_at; /* [seen]: seconds into the run when each step's loss was known */
 	uint64_t loss_at_cap;
 };
@@ -313,19 +319,28 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 		pr->loss_at[pr->seen] = p->elapsed;
 	pr->recent[pr->seen++ % LOSS_WINDOW] = p->loss;
 	pr->skipped += !p->applied;
+	if (!isnan(p->eval_loss)) {
+		if (!pr->evaluations++)
+			pr->first_eval = p->eval_loss, pr->first_eval_step = p->step;
+		pr->last_eval = p->eval_loss, pr->last_eval_step = p->step;
+	}
 	if (pr->quiet)
 		return;
 	double rate = p->tokens / p->elapsed, eta = (p->steps - p->step) * p->elapsed / p->step;
 	char eta_text[32];
 	format_duration(eta, eta_text, sizeof eta_text);
 	int every = p->steps <= 50 ? 1 : (int)(p->steps / 50);
-	if (!pr->tty && p->step % every && p->step != p->steps)
+	int evaluated = !isnan(p->eval_loss);
+	if (!pr->tty && p->step % every && p->step != p->steps && !evaluated)
 		return;
-	char loss_text[32];
+	char loss_text[32], eval_text[32] = "";
 	snprintf(loss_text, sizeof loss_text, isnan(p->loss) ? "n/a" : "%.4f", p->loss);
-	printf("%sstep %5llu/%llu  loss %s  lr %.2e  %8.0f tokens/s  ETA %s%s%s", pr->tty ? "\r" : "",
-	       (unsigned long long)p->step, (unsigned long long)p->steps, loss_text, p->lr, rate, eta_text,
-	       p->applied ? "" : "  (skipped: overflow)", pr->tty ? "   " : "\n");
+	if (evaluated)
+		snprintf(eval_text, sizeof eval_text, "  held-out %.4f", p->eval_loss);
+	/* a terminal keeps the lines with a held-out loss */
+	printf("%sstep %5llu/%llu  loss %s%s  lr %.2e  %8.0f tokens/s  ETA %s%s%s", pr->tty ? "\r" : "",
+	       (unsigned long long)p->step, (unsigned long long)p->steps, loss_text, eval_text, p->lr, rate, eta_text,
+	       p->applied ? "" : "  (skipped: overflow)", !pr->tty || evaluated ? "\n" : "   ");
 	fflush(stdout);
 }
 
@@ -617,6 +632,12 @@ int main(int argc, char **argv)
 		printf("summary: mean loss of the first %llu steps %.4f, of the last %llu steps %.4f\n",
 		       (unsigned long long)window, pr.first_sum / (double)window, (unsigned long long)window,
 		       recent_sum / (double)window);
+		if (pr.evaluations)
+			printf("summary: held-out loss %.4f after step %llu, %.4f after step %llu (%llu evaluations on "
+			       "the last %g of the data, not trained on)\n",
+			       pr.first_eval, (unsigned long long)pr.first_eval_step, pr.last_eval,
+			       (unsigned long long)pr.last_eval_step, (unsigned long long)pr.evaluations,
+			       opts.cfg.eval_fraction);
 	}
 	print_steady_iteration(&pr, clock);
 	free(pr.loss_at);

@@ -40,6 +40,12 @@ static void usage(FILE *f)
 		   "                       data-parallel job)\n"
 		   "  --seed N             weights and data order (default 1234)\n"
 		   "  --data FILE          training text (default: the bundled corpus)\n"
+		   "  --eval-every N       loss on held-out text every N steps and after the last\n"
+		   "                       (default: a tenth of --steps; 0 = never, the default under\n"
+		   "                       10 steps and with --simulate) ...\n"
+		   "  --eval-fraction X    ... the last X of the data, never trained on (default 0.1;\n"
+		   "                       0: train on all, no evaluation) ...\n"
+		   "  --eval-batches N     ... at most N micro-batches of it (default 20)\n"
 		   "optimizer (AdamW):\n"
 		   "  --lr X --beta1 X --beta2 X --eps X --weight-decay X   (3e-3, 0.9, 0.95, 1e-8, 0.1)\n"
 		   "  --warmup N           updates of linear warmup of the learning rate (default: a\n"
@@ -160,6 +166,9 @@ enum {
 	O_WARMUP,
 	O_DECAY,
 	O_MIN_LR,
+	O_EVAL_EVERY,
+	O_EVAL_FRACTION,
+	O_EVAL_BATCHES,
 	O_PREC,
 	O_LS,
 	O_CLIP,
@@ -200,6 +209,9 @@ static const struct option options[] = {
 	OPTION(O_WARMUP, "warmup", 1),
 	OPTION(O_DECAY, "decay-steps", 1),
 	OPTION(O_MIN_LR, "min-lr-ratio", 1),
+	OPTION(O_EVAL_EVERY, "eval-every", 1),
+	OPTION(O_EVAL_FRACTION, "eval-fraction", 1),
+	OPTION(O_EVAL_BATCHES, "eval-batches", 1),
 	OPTION(O_PREC, "precision", 1),
 	OPTION(O_LS, "loss-scale", 1),
 	OPTION(O_CLIP, "clip", 1),
@@ -222,6 +234,7 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 {
 	*out = (struct train_options){
 		.cfg = {.seed = 1234,
+			.eval_fraction = 0.1,
 			.opt = {.weight_dtype = DOS_FP32,
 				.grad_dtype = DOS_FP32,
 				.hp = {.mode = DOS_ADAMW,
@@ -239,8 +252,8 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 	struct dos_train_config *cfg = &out->cfg;
 	/* 0: not given (the preset's value); every option's minimum is 1 */
 	uint64_t shape_override[6] = {0}, steps = 0, micro_batch = 0, accumulation = 0, subgroup = 0;
-	uint64_t warmup = 0, decay_steps = 0;
-	bool warmup_given = false, decay_given = false;
+	uint64_t warmup = 0, decay_steps = 0, eval_every = 0, eval_batches = 20;
+	bool warmup_given = false, decay_given = false, eval_every_given = false;
 	double loss_scale = 0;
 	bool loss_scale_given = false;
 
@@ -313,6 +326,16 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 		case O_DECAY:
 			decay_given = true;
 			bad |= parse_u64(err, name, optarg, 0, UINT64_MAX / 2, &decay_steps) != 0;
+			break;
+		case O_EVAL_EVERY:
+			eval_every_given = true;
+			bad |= parse_u64(err, name, optarg, 0, UINT64_MAX / 2, &eval_every) != 0;
+			break;
+		case O_EVAL_FRACTION:
+			bad |= parse_double(err, name, optarg, &cfg->eval_fraction) != 0;
+			break;
+		case O_EVAL_BATCHES:
+			bad |= parse_u64(err, name, optarg, 1, UINT32_MAX, &eval_batches) != 0;
 			break;
 		case O_MIN_LR:
 			bad |= parse_double(err, name, optarg, &cfg->opt.lr_schedule.min_ratio) != 0;
@@ -401,6 +424,11 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 	if (!decay_given)
 		decay_steps = cfg->steps > cfg->opt.lr_schedule.warmup_steps ? cfg->steps : 0;
 	cfg->opt.lr_schedule.decay_steps = decay_steps;
+	/* simulated runs compute no losses: evaluating would only add forward passes */
+	if (!eval_every_given)
+		eval_every = out->simulate || cfg->eval_fraction == 0 ? 0 : cfg->steps / 10;
+	cfg->eval_every = eval_every;
+	cfg->eval_batches = (uint32_t)eval_batches;
 	out->params = param_count(&cfg->shape);
 	uint64_t preset_subgroup = preset->subgroup_size < out->params ? preset->subgroup_size : out->params;
 	cfg->opt.subgroup_size = subgroup ? subgroup : preset_subgroup;

@@ -216,7 +216,7 @@ static void check_run(const struct words *w, const struct train_options *o)
 	REQUIRE(c->opt.hp.mode == DOS_ADAMW, "optimizer mode %d", (int)c->opt.hp.mode);
 	const double numbers[] = {c->opt.hp.lr,          c->opt.hp.beta1,   c->opt.hp.beta2,
 				  c->opt.hp.eps,         c->opt.hp.weight_decay, c->opt.clip_norm,
-				  c->opt.lr_schedule.min_ratio};
+				  c->opt.lr_schedule.min_ratio, c->eval_fraction};
 	for (size_t i = 0; i < sizeof numbers / sizeof *numbers; i++)
 		REQUIRE(isfinite(numbers[i]), "AdamW/clip/schedule number %zu is %g", i, numbers[i]);
 
@@ -262,6 +262,9 @@ static void check_same(const struct train_options *x, const struct train_options
 	SAME(cfg.opt.hp.beta2);
 	SAME(cfg.opt.hp.eps);
 	SAME(cfg.opt.hp.weight_decay);
+	SAME(cfg.eval_every);
+	SAME(cfg.eval_fraction);
+	SAME(cfg.eval_batches);
 	SAME(cfg.opt.lr_schedule.warmup_steps);
 	SAME(cfg.opt.lr_schedule.decay_steps);
 	SAME(cfg.opt.lr_schedule.min_ratio);
