@@ -90,7 +90,8 @@ int dos_lr_schedule_check(const struct dos_lr_schedule *s)
 	if (!s)
 		return DOS_FAIL(-EINVAL, "lr schedule is NULL");
 	if (s->decay_steps != 0 && s->decay_steps <= s->warmup_steps)
-		return DOS_FAIL(-EINVAL, "lr_schedule.decay_steps = %llu must be 0 (no decay) or above warmup_steps = %llu",
+		return DOS_FAIL(-EINVAL,
+				"lr_schedule.decay_steps = %llu must be 0 (no decay) or above warmup_steps = %llu",
 				(unsigned long long)s->decay_steps, (unsigned long long)s->warmup_steps);
 	if (!(s->min_ratio >= 0.0 && s->min_ratio <= 1.0))
 		return DOS_FAIL(-EINVAL, "lr_schedule.min_ratio = %g must be in [0, 1]", s->min_ratio);

@@ -99,8 +99,7 @@ int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len,
 	return submit_batch(c, starts, nseq, seq_len, sched_ctx, ids, targets);
 }
 
-int dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len,
-			uint32_t *eval_batches)
+int dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len, uint32_t *eval_batches)
 {
 	if (!(fraction > 0 && fraction <= 0.5))
 		return DOS_FAIL(-EINVAL, "eval_fraction = %g must be in (0, 0.5]", fraction);

@@ -49,8 +49,7 @@ int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len,
  * `seq_len` tokens the held-out part holds, side by side. Errors: -EINVAL naming the
  * fraction when it is out of range, or leaves fewer than seq_len + 1 bytes for training
  * or fewer than nseq sequences held out (the message names the sizes); *c unchanged. */
-int dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len,
-			uint32_t *eval_batches);
+int dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len, uint32_t *eval_batches);
 
 /* Like dos_corpus_next_batch, the held-out micro-batch `index` (< dos_corpus_hold_out's
  * count): the same tokens every time, without touching the batch order. */

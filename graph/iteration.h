@@ -33,10 +33,10 @@ struct dos_optimizer_config {
 	enum dos_dtype grad_dtype; /* the subgroup gradient's dtype (fp32, or = weight_dtype) */
 	struct dos_adam_hparams hp;
 	struct dos_lr_schedule lr_schedule; /* of hp.lr over the updates; zero: constant */
-	double clip_norm;           /* global-norm clipping threshold; 0 = off */
-	int dynamic_loss_scale;     /* skip steps whose gradients overflow; scale backs off / grows */
-	double loss_scale_init;     /* dynamic: initial scale (e.g. 65536); else ignored (1) */
-	uint32_t loss_scale_window; /* dynamic: steps without overflow before the scale doubles */
+	double clip_norm;                   /* global-norm clipping threshold; 0 = off */
+	int dynamic_loss_scale;             /* skip steps whose gradients overflow; scale backs off / grows */
+	double loss_scale_init;             /* dynamic: initial scale (e.g. 65536); else ignored (1) */
+	uint32_t loss_scale_window;         /* dynamic: steps without overflow before the scale doubles */
 	unsigned sched_ctx;
 	/* dtype of every tensor's weight and gradient handle: DOS_FP32 (the default: zero), or
 	 * a 16-bit dtype for applications that keep 16-bit tensors; the gather then widens or

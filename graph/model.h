@@ -50,7 +50,7 @@ struct dos_model {
 	int weights_pinned;           /* how dos_host_alloc made them */
 	starpu_data_handle_t *weight; /* [ntensors] */
 	starpu_data_handle_t *grad;   /* [ntensors] fp32 gradients (no home) */
-	int evaluating; /* within dos_model_submit_eval: its tasks are named "dos_eval" */
+	int evaluating;               /* within dos_model_submit_eval: its tasks are named "dos_eval" */
 	dos_task_hook hook;
 	void *hook_arg;
 };

@@ -23,7 +23,7 @@ static double now_seconds(void)
 
 /* The losses of one submitted step, read later. */
 struct pending_step {
-	starpu_data_handle_t *loss; /* [micro-batches of the global batch] on rank 0, else none */
+	starpu_data_handle_t *loss;      /* [micro-batches of the global batch] on rank 0, else none */
 	starpu_data_handle_t *eval_loss; /* [held-out micro-batches] on rank 0, after an evaluation */
 	int evaluated;
 	struct dos_step_report report;
@@ -310,11 +310,13 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	uint32_t E = 0;
 	if (cfg->eval_fraction > 0) {
 		starpu_data_handle_t *grown = NULL;
-		if (!(err = dos_corpus_hold_out(&corpus, cfg->eval_fraction, cfg->micro_batch, cfg->shape.seq_len, &E))) {
+		if (!(err = dos_corpus_hold_out(&corpus, cfg->eval_fraction, cfg->micro_batch, cfg->shape.seq_len,
+						&E))) {
 			if (cfg->eval_batches && cfg->eval_batches < E)
 				E = cfg->eval_batches;
 			if (!(grown = realloc(loss_slots, 2 * ((size_t)A + E) * sizeof *loss_slots)))
-				err = DOS_FAIL(-ENOMEM, "no memory for the loss handles of %u held-out micro-batches", E);
+				err = DOS_FAIL(-ENOMEM, "no memory for the loss handles of %u held-out micro-batches",
+					       E);
 		}
 		if (err) {
 			dos_corpus_free(&corpus);

@@ -13,10 +13,10 @@ struct dos_train_progress {
 	int applied;          /* 0: skipped for overflow */
 	double grad_norm;     /* -1 when not computed */
 	double loss_scale;
-	double lr;       /* the learning rate the step's update applied (0: skipped) */
+	double lr;        /* the learning rate the step's update applied (0: skipped) */
 	double eval_loss; /* mean loss on the held-out data after this step; NAN when not evaluated */
-	double elapsed;  /* seconds since the run started */
-	uint64_t tokens; /* trained so far */
+	double elapsed;   /* seconds since the run started */
+	uint64_t tokens;  /* trained so far */
 };
 
 struct dos_train_config {

@@ -17,11 +17,12 @@
 #define T 16 /* tokens per sequence */
 #define B 3  /* sequences per micro-batch */
 
-/* The tokens of a batch handle, read back to the host (it is unregistered). */
-static void read_tokens(starpu_data_handle_t h, int32_t *out)
+/* The B * T elements of a batch's tokens or losses, read back to the host; the handle is
+ * unregistered. */
+static void read_back(starpu_data_handle_t h, void *out)
 {
 	starpu_data_acquire(h, STARPU_R);
-	memcpy(out, (const void *)starpu_vector_get_local_ptr(h), B * T * sizeof *out);
+	memcpy(out, (const void *)starpu_vector_get_local_ptr(h), B * T * starpu_vector_get_elemsize(h));
 	starpu_data_release(h);
 	starpu_data_unregister(h);
 }
@@ -56,14 +57,15 @@ static void held_out_data(const char *path)
 	for (int k = 0; k < 200; k++) {
 		starpu_data_handle_t hi, ht;
 		CHECK(dos_corpus_next_batch(&c, B, T, 0, &hi, &ht) == 0, "%s", dos_last_error());
-		read_tokens(hi, ids);
-		read_tokens(ht, targets);
+		read_back(hi, ids);
+		read_back(ht, targets);
 		for (int s = 0; s < B; s++) {
 			int found = 0;
 			for (uint64_t at = 0; at + T < c.train_len && !found; at++) {
 				found = 1;
 				for (int i = 0; i < T && found; i++)
-					found = ids[s * T + i] == c.bytes[at + i] && targets[s * T + i] == c.bytes[at + i + 1];
+					found = ids[s * T + i] == c.bytes[at + i] &&
+						targets[s * T + i] == c.bytes[at + i + 1];
 			}
 			CHECK(found, "training batch %d, sequence %d: not a sequence of the first %llu bytes", k, s,
 			      (unsigned long long)c.train_len);
@@ -74,28 +76,20 @@ static void held_out_data(const char *path)
 		for (int again = 0; again < 2; again++) {
 			starpu_data_handle_t hi, ht;
 			CHECK(dos_corpus_eval_batch(&c, i, B, T, 0, &hi, &ht) == 0, "%s", dos_last_error());
-			read_tokens(hi, ids);
-			read_tokens(ht, targets);
+			read_back(hi, ids);
+			read_back(ht, targets);
 			for (int s = 0; s < B; s++)
 				for (int t = 0; t < T; t++) {
 					uint64_t at = c.train_len + ((uint64_t)i * B + s) * T + t;
-					CHECK(at + 1 < len && ids[s * T + t] == c.bytes[at] && targets[s * T + t] == c.bytes[at + 1],
-					      "held-out batch %u, sequence %d, token %d is not corpus byte %llu", i, s, t,
-					      (unsigned long long)at);
+					CHECK(at + 1 < len && ids[s * T + t] == c.bytes[at] &&
+						      targets[s * T + t] == c.bytes[at + 1],
+					      "held-out batch %u, sequence %d, token %d is not corpus byte %llu", i, s,
+					      t, (unsigned long long)at);
 				}
 		}
 	dos_corpus_free(&c);
 	printf("held-out data: %llu of %llu bytes, %u micro-batches; 200 training batches outside it; 5 refusals\n",
 	       (unsigned long long)held, (unsigned long long)len, batches);
-}
-
-/* Per-token losses of a handle (unregistered). */
-static void read_losses(starpu_data_handle_t h, float *out)
-{
-	starpu_data_acquire(h, STARPU_R);
-	memcpy(out, (const void *)starpu_vector_get_local_ptr(h), B * T * sizeof *out);
-	starpu_data_release(h);
-	starpu_data_unregister(h);
 }
 
 /* Sets every weight gradient to NaN. */
@@ -126,7 +120,7 @@ static void eval_equals_training_forward(const char *path, enum dos_dtype dtype,
 		CHECK(dos_corpus_eval_batch(&c, i, B, T, 0, &ids, &targets) == 0 &&
 			      dos_model_submit_eval(&m, ids, targets, &loss) == 0,
 		      "%s", dos_last_error());
-		read_losses(loss, evaluated);
+		read_back(loss, evaluated);
 		for (uint32_t t = 0; t < m.ntensors; t++) {
 			starpu_data_acquire(m.grad[t], STARPU_R);
 			const float *g = (const float *)starpu_vector_get_local_ptr(m.grad[t]);
@@ -137,7 +131,7 @@ static void eval_equals_training_forward(const char *path, enum dos_dtype dtype,
 		CHECK(dos_corpus_eval_batch(&c, i, B, T, 0, &ids, &targets) == 0 &&
 			      dos_model_submit_microbatch(&m, ids, targets, 1.0f, 0, &loss) == 0,
 		      "%s", dos_last_error());
-		read_losses(loss, trained);
+		read_back(loss, trained);
 		for (int k = 0; k < B * T; k++)
 			CHECK(memcmp(&trained[k], &evaluated[k], sizeof(float)) == 0 && isfinite(trained[k]) &&
 				      trained[k] > 0,

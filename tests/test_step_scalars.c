@@ -80,14 +80,25 @@ int main(void)
 		uint64_t update;
 		double factor;
 	} points[] = {
-		{&none, 0, 1},     {&none, 1, 1},      {&none, UINT64_MAX, 1}, {&warm, 1, 0.25},   {&warm, 3, 0.75},
-		{&warm, 4, 1},     {&warm, 1000, 1},   {&cosine, 0, 1},        {&cosine, 5, 0.5},  {&cosine, 10, 1},
-		{&cosine, 20, 0.55}, {&cosine, 30, 0.1}, {&cosine, UINT64_MAX, 0.1},
+		{&none, 0, 1},
+		{&none, 1, 1},
+		{&none, UINT64_MAX, 1},
+		{&warm, 1, 0.25},
+		{&warm, 3, 0.75},
+		{&warm, 4, 1},
+		{&warm, 1000, 1},
+		{&cosine, 0, 1},
+		{&cosine, 5, 0.5},
+		{&cosine, 10, 1},
+		{&cosine, 20, 0.55},
+		{&cosine, 30, 0.1},
+		{&cosine, UINT64_MAX, 0.1},
 	};
 	for (size_t i = 0; i < sizeof points / sizeof *points; i++) {
 		double f = dos_lr_schedule_factor(points[i].s, points[i].update);
-		CHECK(fabs(f - points[i].factor) < 1e-15, "schedule point %zu: factor %.17g at update %llu, expected %g", i,
-		      f, (unsigned long long)points[i].update, points[i].factor);
+		CHECK(fabs(f - points[i].factor) < 1e-15,
+		      "schedule point %zu: factor %.17g at update %llu, expected %g", i, f,
+		      (unsigned long long)points[i].update, points[i].factor);
 	}
 	/* the cosine never rises */
 	for (uint64_t k = 10; k < 30; k++)

@@ -214,9 +214,14 @@ static void check_run(const struct words *w, const struct train_options *o)
 			o->precision);
 	REQUIRE(c->opt.loss_scale_window == 1000, "loss-scale window %u", c->opt.loss_scale_window);
 	REQUIRE(c->opt.hp.mode == DOS_ADAMW, "optimizer mode %d", (int)c->opt.hp.mode);
-	const double numbers[] = {c->opt.hp.lr,          c->opt.hp.beta1,   c->opt.hp.beta2,
-				  c->opt.hp.eps,         c->opt.hp.weight_decay, c->opt.clip_norm,
-				  c->opt.lr_schedule.min_ratio, c->eval_fraction};
+	const double numbers[] = {c->opt.hp.lr,
+				  c->opt.hp.beta1,
+				  c->opt.hp.beta2,
+				  c->opt.hp.eps,
+				  c->opt.hp.weight_decay,
+				  c->opt.clip_norm,
+				  c->opt.lr_schedule.min_ratio,
+				  c->eval_fraction};
 	for (size_t i = 0; i < sizeof numbers / sizeof *numbers; i++)
 		REQUIRE(isfinite(numbers[i]), "AdamW/clip/schedule number %zu is %g", i, numbers[i]);
 
