@@ -44,6 +44,7 @@ enum dos_dp_message {
 	DOS_DP_WEIGHTS,         /* index: subgroup */
 	DOS_DP_LOSS,            /* index: micro-batch of the global batch, and the step's parity */
 	DOS_DP_SUM,             /* dos_dp_sum: 0 towards rank 0, 1 back */
+	DOS_DP_EVAL_LOSS,       /* index: held-out micro-batch, and the step's parity */
 };
 
 /* The subgroups [*first, *end) that `rank` owns: contiguous blocks as equal as possible, so

@@ -439,15 +439,32 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		 * memory before that backward. */
 		for (uint32_t t = 0; t < model.ntensors; t++)
 			starpu_data_invalidate_submit(model.grad[t]);
-		/* the held-out loss of the weights this step's refresh writes (rank 0's model has
-		 * the job's weights), read with the step's loss */
-		if (E && reporter && cfg->eval_every && ((k + 1) % cfg->eval_every == 0 || k + 1 == cfg->steps)) {
+		/* the held-out loss of the weights this step's refresh writes, read with the step's
+		 * loss: the ranks share the micro-batches (every rank has the job's weights) and
+		 * send their losses to rank 0, which sums them in micro-batch order */
+		if (E && cfg->eval_every && ((k + 1) % cfg->eval_every == 0 || k + 1 == cfg->steps)) {
 			for (uint32_t i = 0; i < E && !err; i++) {
-				starpu_data_handle_t ids, targets;
-				if (!(err = dos_corpus_eval_batch(&corpus, i, cfg->micro_batch, cfg->shape.seq_len,
-								  cfg->sched_ctx, &ids, &targets)) &&
-				    !(err = dos_model_submit_eval(&model, ids, targets, &p->eval_loss[i])))
-					p->evaluated++;
+				int owner = (int)(i % (uint32_t)ranks);
+				uint64_t tag = i + (uint64_t)E * (k % 2);
+				starpu_data_handle_t ids, targets, loss;
+				if (owner != dp->rank) {
+					if (reporter) {
+						starpu_vector_data_register(&p->eval_loss[p->evaluated++], -1, 0, tokens,
+									    sizeof(float));
+						dos_dp_recv(p->eval_loss[p->evaluated - 1], owner, DOS_DP_EVAL_LOSS, tag);
+					}
+					continue;
+				}
+				if ((err = dos_corpus_eval_batch(&corpus, i, cfg->micro_batch, cfg->shape.seq_len,
+								 cfg->sched_ctx, &ids, &targets)) ||
+				    (err = dos_model_submit_eval(&model, ids, targets, &loss)))
+					break;
+				if (reporter)
+					p->eval_loss[p->evaluated++] = loss;
+				else {
+					dos_dp_send(loss, 0, DOS_DP_EVAL_LOSS, tag);
+					starpu_data_unregister_submit(loss);
+				}
 			}
 			if (err)
 				break;

@@ -29,7 +29,8 @@ struct dos_train_config {
 	/* held-out data: the last eval_fraction (0: none, else in (0, 0.5]) of the corpus is
 	 * never trained on (the batches come from the rest: another order than without);
 	 * every eval_every steps (and after the last; 0: never) its mean loss is evaluated,
-	 * forward only, on rank 0. A resumed run needs the interrupted run's fraction */
+	 * forward only, the ranks sharing its micro-batches. A resumed run needs the
+	 * interrupted run's fraction */
 	uint64_t eval_every;
 	double eval_fraction;
 	uint32_t eval_batches; /* micro-batches per evaluation, at most what is held out; 0: all */

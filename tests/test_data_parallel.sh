@@ -5,7 +5,8 @@
 #     accumulating the same B (master weights, m, v, working weights), for N = 2 and 4,
 #     in fp32, bf16 and fp16 (loss scaling and clipping: statistics reduced across
 #     ranks), under several policies, with a step skipped for overflow, and with fewer
-#     subgroups than ranks;
+#     subgroups than ranks; their held-out losses (the ranks sharing the evaluation) are
+#     the one process's, to the printed digit;
 #  2. each rank keeps about 1/N of the optimizer state, and says so; ranks of a node are
 #     bound to distinct blocks of cores, and say which; a NaN in the state stops every rank;
 #  3. sharded checkpoints: a 2-rank job saves shards + manifest; resuming on 1, 2 and 4
@@ -45,13 +46,18 @@ job_sizes="2 4"
 same_as_one_process() { # label, dos-train arguments (without --accumulate)...
 	label=$1
 	shift
-	$train --preset tiny --steps 8 --quiet --accumulate 4 --dump "$work/one.bin" "$@" >"$work/log" 2>&1 ||
-		fail "$label: one process failed: $(cat "$work/log")"
+	# held-out losses every 3 steps: the ranks share the evaluation's micro-batches
+	$train --preset tiny --steps 8 --quiet --accumulate 4 --eval-every 3 --dump "$work/one.bin" "$@" \
+		>"$work/one.log" 2>&1 || fail "$label: one process failed: $(cat "$work/one.log")"
 	for n in $job_sizes; do
-		ranks "$n" --preset tiny --steps 8 --quiet --accumulate $((4 / n)) --dump "$work/dp.bin" "$@" \
+		ranks "$n" --preset tiny --steps 8 --quiet --accumulate $((4 / n)) --eval-every 3 --dump "$work/dp.bin" "$@" \
 			>"$work/log" 2>&1 || fail "$label: $n ranks failed: $(cat "$work/log")"
 		cmp -s "$work/one.bin" "$work/dp.bin" ||
 			fail "$label: $n ranks end with another state than one process accumulating the global batch"
+		held_out=$(grep 'summary: held-out loss' "$work/one.log")
+		[ -n "$held_out" ] && grep -qF "$held_out" "$work/log" ||
+			fail "$label: $n ranks report another held-out loss than one process ('$held_out'):" \
+				"$(grep 'held-out' "$work/log")"
 	done
 }
 same_as_one_process "fp32, dos" --policy dos
@@ -62,7 +68,7 @@ same_as_one_process "fp16, every step overflows" --precision fp16 --loss-scale 1
 grep -q "(8 skipped)" "$work/log" || fail "--loss-scale 1e30 skipped no step: $(cat "$work/log")"
 same_as_one_process "3 subgroups, fewer than 4 ranks" --subgroup-size 12000
 echo "data parallel: $(echo $job_sizes | sed "s/ / and /") ranks bit-identical to one process accumulating the global batch (fp32, bf16, fp16" \
-	"with loss scaling and clipping, overflow skips, several policies and subgroup sizes)"
+	"with loss scaling and clipping, overflow skips, several policies and subgroup sizes), and the same held-out losses"
 
 # ---- 2. each rank keeps its share of the state ------------------------------------------------
 ranks 4 --preset tiny --steps 1 --subgroup-size 1000 >"$work/log" 2>&1 || fail "4 ranks: $(cat "$work/log")"
