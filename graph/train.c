@@ -449,9 +449,10 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 				starpu_data_handle_t ids, targets, loss;
 				if (owner != dp->rank) {
 					if (reporter) {
-						starpu_vector_data_register(&p->eval_loss[p->evaluated++], -1, 0, tokens,
-									    sizeof(float));
-						dos_dp_recv(p->eval_loss[p->evaluated - 1], owner, DOS_DP_EVAL_LOSS, tag);
+						starpu_vector_data_register(&p->eval_loss[p->evaluated++], -1, 0,
+									    tokens, sizeof(float));
+						dos_dp_recv(p->eval_loss[p->evaluated - 1], owner, DOS_DP_EVAL_LOSS,
+							    tag);
 					}
 					continue;
 				}
