@@ -47,6 +47,55 @@ static double collect_loss(starpu_data_handle_t *loss, uint32_t count, uint32_t 
 	return sum / ((double)tokens * count);
 }
 
+/* Rank 0 reads every loss of the job: those of another rank's micro-batch arrive in *slot
+ * (registered here: `tokens` floats). */
+static void receive_loss(starpu_data_handle_t *slot, uint32_t tokens, int from, enum dos_dp_message kind, uint64_t tag)
+{
+	starpu_vector_data_register(slot, -1, 0, tokens, sizeof(float));
+	dos_dp_recv(*slot, from, kind, tag);
+}
+
+/* The losses of a micro-batch this rank ran: kept in *slot on rank 0, sent there from the
+ * others. */
+static void deliver_loss(starpu_data_handle_t loss, int reporter, starpu_data_handle_t *slot, enum dos_dp_message kind,
+			 uint64_t tag)
+{
+	if (reporter) {
+		*slot = loss;
+		return;
+	}
+	dos_dp_send(loss, 0, kind, tag);
+	starpu_data_unregister_submit(loss);
+}
+
+/* Submits the held-out evaluation after step k + 1 into q: its E micro-batches shared by
+ * the ranks (every rank has the job's weights), micro-batch i on rank i mod N, their
+ * losses to rank 0, which sums them in micro-batch order. */
+static int submit_evaluation(const struct dos_train_config *cfg, struct dos_corpus *corpus, struct dos_model *model,
+			     struct pending_step *q, uint32_t E, uint64_t k)
+{
+	const struct dos_data_parallel *dp = &cfg->dp;
+	int ranks = dos_dp_size(dp), reporter = dp->rank == 0;
+	uint32_t tokens = cfg->micro_batch * cfg->shape.seq_len;
+	for (uint32_t i = 0; i < E; i++) {
+		int owner = (int)(i % (uint32_t)ranks);
+		uint64_t tag = i + (uint64_t)E * (k % 2);
+		if (owner != dp->rank) {
+			if (reporter)
+				receive_loss(&q->eval_loss[q->evaluated++], tokens, owner, DOS_DP_EVAL_LOSS, tag);
+			continue;
+		}
+		starpu_data_handle_t ids, targets, loss;
+		int err = dos_corpus_eval_batch(corpus, i, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx, &ids,
+						&targets);
+		if (err || (err = dos_model_submit_eval(model, ids, targets, &loss)))
+			return err;
+		deliver_loss(loss, reporter, &q->eval_loss[q->evaluated], DOS_DP_EVAL_LOSS, tag);
+		q->evaluated += reporter;
+	}
+	return 0;
+}
+
 /* Copies a flat array of `dtype` whose slices are the handles [first, end) (homed in it)
  * into `to`, widened to fp32 (exactly), after bringing every slice home. */
 static void copy_home(starpu_data_handle_t *h, uint32_t first, uint32_t end, const void *flat, enum dos_dtype dtype,
@@ -405,10 +454,9 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 			uint64_t loss_tag = g + (uint64_t)A * (k % 2);
 			if (g < first_mb || g >= first_mb + cfg->accumulation) {
 				dos_corpus_skip_batch(&corpus, cfg->micro_batch);
-				if (reporter) { /* another rank's micro-batch: its losses come here */
-					starpu_vector_data_register(&p->loss[g], -1, 0, tokens, sizeof(float));
-					dos_dp_recv(p->loss[g], (int)(g / cfg->accumulation), DOS_DP_LOSS, loss_tag);
-				}
+				if (reporter) /* another rank's micro-batch: its losses come here */
+					receive_loss(&p->loss[g], tokens, (int)(g / cfg->accumulation), DOS_DP_LOSS,
+						     loss_tag);
 				continue;
 			}
 			starpu_data_handle_t ids, targets, loss;
@@ -417,12 +465,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 				break;
 			if ((err = dos_model_submit_microbatch(&model, ids, targets, grad_scale, g > 0, &loss)))
 				break;
-			if (reporter)
-				p->loss[g] = loss;
-			else {
-				dos_dp_send(loss, 0, DOS_DP_LOSS, loss_tag);
-				starpu_data_unregister_submit(loss);
-			}
+			deliver_loss(loss, reporter, &p->loss[g], DOS_DP_LOSS, loss_tag);
 		}
 		if (err)
 			break;
@@ -439,37 +482,10 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		 * memory before that backward. */
 		for (uint32_t t = 0; t < model.ntensors; t++)
 			starpu_data_invalidate_submit(model.grad[t]);
-		/* the held-out loss of the weights this step's refresh writes, read with the step's
-		 * loss: the ranks share the micro-batches (every rank has the job's weights) and
-		 * send their losses to rank 0, which sums them in micro-batch order */
-		if (E && cfg->eval_every && ((k + 1) % cfg->eval_every == 0 || k + 1 == cfg->steps)) {
-			for (uint32_t i = 0; i < E && !err; i++) {
-				int owner = (int)(i % (uint32_t)ranks);
-				uint64_t tag = i + (uint64_t)E * (k % 2);
-				starpu_data_handle_t ids, targets, loss;
-				if (owner != dp->rank) {
-					if (reporter) {
-						starpu_vector_data_register(&p->eval_loss[p->evaluated++], -1, 0,
-									    tokens, sizeof(float));
-						dos_dp_recv(p->eval_loss[p->evaluated - 1], owner, DOS_DP_EVAL_LOSS,
-							    tag);
-					}
-					continue;
-				}
-				if ((err = dos_corpus_eval_batch(&corpus, i, cfg->micro_batch, cfg->shape.seq_len,
-								 cfg->sched_ctx, &ids, &targets)) ||
-				    (err = dos_model_submit_eval(&model, ids, targets, &loss)))
-					break;
-				if (reporter)
-					p->eval_loss[p->evaluated++] = loss;
-				else {
-					dos_dp_send(loss, 0, DOS_DP_EVAL_LOSS, tag);
-					starpu_data_unregister_submit(loss);
-				}
-			}
-			if (err)
-				break;
-		}
+		/* the held-out loss of the weights this step's refresh writes, read with its loss */
+		if (E && cfg->eval_every && ((k + 1) % cfg->eval_every == 0 || k + 1 == cfg->steps) &&
+		    (err = submit_evaluation(cfg, &corpus, &model, p, E, k)))
+			break;
 		/* the previous step while this one runs: first whether its updates left the state
 		 * finite (before anything can save it), then its loss */
 		if (have_pending && (err = finish_step(cfg, &opt, &pending[(k + 1) % 2], start, out)))

@@ -319,7 +319,8 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 		pr->loss_at[pr->seen] = p->elapsed;
 	pr->recent[pr->seen++ % LOSS_WINDOW] = p->loss;
 	pr->skipped += !p->applied;
-	if (!isnan(p->eval_loss)) {
+	int evaluated = !isnan(p->eval_loss);
+	if (evaluated) {
 		if (!pr->evaluations++)
 			pr->first_eval = p->eval_loss, pr->first_eval_step = p->step;
 		pr->last_eval = p->eval_loss, pr->last_eval_step = p->step;
@@ -330,7 +331,6 @@ static void on_step(void *arg, const struct dos_train_progress *p)
 	char eta_text[32];
 	format_duration(eta, eta_text, sizeof eta_text);
 	int every = p->steps <= 50 ? 1 : (int)(p->steps / 50);
-	int evaluated = !isnan(p->eval_loss);
 	if (!pr->tty && p->step % every && p->step != p->steps && !evaluated)
 		return;
 	char loss_text[32], eval_text[32] = "";
