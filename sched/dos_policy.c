@@ -31,6 +31,7 @@
  * they differ only in the placement rule. One GPU (the first CUDA worker) is planned for;
  * further GPUs take other work by earliest finish time. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,12 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 	STARPU_PTHREAD_MUTEX_INIT(&p->pool_lock, NULL);
 	starpu_task_list_init(&p->cpu_pool);
 	_dos_queues_init(&p->queues, is_planned_update);
+	/* The queues honour any priority: unless the application set a range, StarPU would
+	 * clamp every task's priority to the default one, [0, 0] (lws and dmdas do the same). */
+	if (!starpu_sched_ctx_min_priority_is_set(sched_ctx))
+		starpu_sched_ctx_set_min_priority(sched_ctx, INT_MIN);
+	if (!starpu_sched_ctx_max_priority_is_set(sched_ctx))
+		starpu_sched_ctx_set_max_priority(sched_ctx, INT_MAX);
 	starpu_sched_ctx_set_policy_data(sched_ctx, p);
 }
 

@@ -165,9 +165,9 @@ int _dos_queues_choose(const struct dos_worker_queues *q, struct starpu_task *ta
 		unsigned impl;
 		if (!can_run(w, task, only_type, &impl))
 			continue;
-		struct starpu_perfmodel_arch *arch = starpu_worker_get_perf_archtype(w, sched_ctx);
-		double len = starpu_task_expected_length(task, arch, impl);
-		double load = (tasks_ahead(q, w) + 1) / starpu_worker_get_relative_speedup(arch);
+		double len = starpu_task_worker_expected_length(task, (unsigned)w, sched_ctx, impl);
+		double load = (tasks_ahead(q, w) + 1) /
+			      starpu_worker_get_relative_speedup(starpu_worker_get_perf_archtype(w, sched_ctx));
 		if (isnan(len) && !calibrating) { /* from now on, only workers still calibrating */
 			calibrating = 1;
 			least_load = INFINITY;
@@ -288,7 +288,7 @@ static int may_steal(const struct dos_worker_queues *q, struct starpu_task *task
 {
 	unsigned impl;
 	return stealable(q, task) && starpu_worker_can_execute_task_first_impl((unsigned)thief, task, &impl) &&
-	       !(starpu_task_expected_length(task, starpu_worker_get_perf_archtype(thief, sched_ctx), impl) > 0);
+	       !(starpu_task_worker_expected_length(task, (unsigned)thief, sched_ctx, impl) > 0);
 }
 
 struct starpu_task *_dos_queues_steal(struct dos_worker_queues *q, int thief, unsigned sched_ctx)

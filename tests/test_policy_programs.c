@@ -3,7 +3,8 @@
  * workers:
  *  - tasks without a model, or with one still calibrating, are spread over the workers,
  *    and the model is calibrated afterwards;
- *  - an idle worker takes such tasks from a busy worker's queue;
+ *  - an idle worker takes such tasks from a busy worker's queue, unless its own model
+ *    predicts them (they were sent where the model still lacks samples);
  *  - tasks run in priority order;
  *  - a worker removed from a context with tasks queued for it leaves them to the others;
  *  - parallel tasks run on a combined worker, beside sequential ones. */
@@ -150,6 +151,32 @@ static void steal(void)
 	starpu_shutdown();
 }
 
+/* ---- calibration first: tasks sent to the worker whose model still lacks samples stay
+ * there; an idle worker whose own model predicts them leaves them alone ---- */
+
+static double known_on_worker_1(struct starpu_task *task, unsigned workerid, unsigned nimpl)
+{
+	(void)task;
+	(void)nimpl;
+	return workerid == 1 ? 1000 : NAN;
+}
+static struct starpu_perfmodel half_calibrated = {
+	.type = STARPU_PER_WORKER, .worker_cost_function = known_on_worker_1, .symbol = "dos_test_programs_half"};
+static struct starpu_codelet half_calibrated_cl = {
+	.cpu_funcs = {sleep_1ms}, .nbuffers = 0, .model = &half_calibrated, .name = "half_calibrated"};
+
+static void calibration_first(void)
+{
+	start(2, 0);
+	reset_counts();
+	submit(&half_calibrated_cl, 40, 0);
+	starpu_task_wait_for_all();
+	CHECK(ran_on[0] == 40,
+	      "worker 1, whose model predicts these tasks, ran %d of the 40 sent to calibrate worker 0", ran_on[1]);
+	printf("calibration first: the 40 tasks ran on the worker whose model lacked samples\n");
+	starpu_shutdown();
+}
+
 /* ---- priorities: one worker, held while tasks of mixed priorities are queued ---- */
 
 #define NPRIO 60
@@ -165,12 +192,19 @@ static void hold_until_submitted(void *buffers[], void *arg)
 }
 static struct starpu_codelet hold_submit_cl = {.cpu_funcs = {hold_until_submitted}, .nbuffers = 0, .name = "hold"};
 
+/* the priority given to task i (StarPU clamps priorities to the context's range: the
+ * policy must open it) */
+static int priority_of(int i)
+{
+	return (i * 7) % 11 - 5;
+}
+
 static void record(void *buffers[], void *arg)
 {
 	(void)buffers;
 	int index = (int)(intptr_t)arg, k = atomic_fetch_add(&order_n, 1);
 	order_index[k] = index;
-	order_prio[k] = starpu_task_get_current()->priority;
+	order_prio[k] = priority_of(index);
 }
 static struct starpu_codelet record_cl = {.cpu_funcs = {record}, .nbuffers = 0, .name = "record"};
 
@@ -186,7 +220,7 @@ static void priorities(void)
 		struct starpu_task *t = starpu_task_create();
 		t->cl = &record_cl;
 		t->cl_arg = (void *)(intptr_t)i;
-		t->priority = (i * 7) % 11 - 5;
+		t->priority = priority_of(i);
 		CHECK(starpu_task_submit(t) == 0, "submit");
 	}
 	atomic_store(&submitted, 1);
@@ -262,12 +296,8 @@ static struct starpu_codelet spmd_cl = {
 
 static void parallel(void)
 {
-	start(2, 1);
-	if (starpu_combined_worker_get_count() == 0) {
-		printf("parallel: StarPU made no combined worker: skipped\n");
-		starpu_shutdown();
-		return;
-	}
+	start(2, 1); /* STARPU_SINGLE_COMBINED_WORKER: the policy asks for one of both CPUs */
+	CHECK(starpu_combined_worker_get_count() > 0, "no combined worker");
 	reset_counts();
 	for (int i = 0; i < NPARALLEL; i++) {
 		struct starpu_task *t = starpu_task_create();
@@ -298,6 +328,7 @@ int main(void)
 	spread(&unmodelled_cl, "no model");
 	spread(&calibrating_cl, "calibrating model");
 	steal();
+	calibration_first();
 	priorities();
 	remove_worker();
 	parallel();
