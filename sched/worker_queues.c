@@ -4,8 +4,10 @@
  * Locking, as StarPU's own policies do it: a worker's queue and counters change only
  * under its scheduling mutex taken with starpu_worker_lock (or starpu_worker_trylock),
  * which waits until that worker is outside a scheduling operation or relaxed in one, or
- * by the worker itself in its pop_task before it relaxes. Placement reads the counters of
- * other workers without their locks: an estimate, as in dmda. */
+ * by the worker itself in its pop_task before it relaxes (StarPU calls pop_task without
+ * the mutex, in a scheduling operation). The end of the task a worker runs is its own to
+ * write. Placement reads other workers' counters without their locks: an estimate, as in
+ * dmda. */
 #include <math.h>
 
 #include <starpu.h>
