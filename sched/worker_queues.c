@@ -63,13 +63,15 @@ static int may_pass(const struct dos_worker_queues *q, const struct starpu_task 
 	return task->priority > queued->priority && !is_parallel(queued) && !(q->planned(task) && q->planned(queued));
 }
 
-/* Worker w's counters, for `task` joining (+1) or leaving (-1) its queue. */
+/* Worker w's counters, for `task` joining (+1) or leaving (-1) its queue. An empty queue
+ * resets the sums: rounding never accumulates, and neither does the count of unclaimed
+ * tasks when a codelet changes its type while tasks of it are queued (StarPU's cholesky
+ * makes its gemm parallel midway); that count only tells thieves where to look. */
 static void count(struct dos_worker_queues *q, int w, const struct starpu_task *task, int sign)
 {
 	struct dos_worker_queue *wq = &q->of[w];
 	wq->ntasks += sign;
-	wq->nunclaimed += sign * stealable(q, task);
-	/* an empty queue resets the sum, so rounding never accumulates */
+	wq->nunclaimed = wq->ntasks ? wq->nunclaimed + sign * stealable(q, task) : 0;
 	wq->queued_us = wq->ntasks ? fmax(0.0, wq->queued_us + sign * (unclaimed(task) ? 0 : task->predicted)) : 0;
 }
 
@@ -301,7 +303,7 @@ struct starpu_task *_dos_queues_steal(struct dos_worker_queues *q, int thief, un
 	while (workers->has_next(workers, &it)) {
 		int victim = (int)workers->get_next(workers, &it);
 		/* a hint read without the victim's lock; a busy victim is left alone (lws does so) */
-		if (victim == thief || starpu_worker_is_combined_worker(victim) || q->of[victim].nunclaimed == 0 ||
+		if (victim == thief || starpu_worker_is_combined_worker(victim) || q->of[victim].nunclaimed <= 0 ||
 		    starpu_worker_trylock(victim) != 0)
 			continue;
 		struct starpu_task *task = NULL;

@@ -10,7 +10,7 @@
 struct dos_worker_queue {
 	struct starpu_task_list tasks; /* in the order the worker runs them */
 	int ntasks;
-	int nunclaimed;        /* of which queued without a predicted length: idle workers may take them */
+	int nunclaimed;        /* of which idle workers may take (no predicted length): a hint */
 	double queued_us;      /* predicted length of the queued tasks that have one */
 	double running_end_us; /* predicted end of the task it runs (StarPU's clock); 0: none */
 };
