@@ -91,7 +91,8 @@ static void submit(struct starpu_codelet *cl, int n, unsigned sched_ctx)
 }
 
 /* Independent tasks that no model predicts go to both workers: on the first one only,
- * they would take twice as long. */
+ * they would take twice as long. (About half each; a tenth each at least, as a loaded
+ * machine may stall one worker while the other takes its tasks.) */
 static void spread(struct starpu_codelet *cl, const char *what)
 {
 	start(2, 0);
@@ -99,7 +100,7 @@ static void spread(struct starpu_codelet *cl, const char *what)
 	submit(cl, NTASKS, 0);
 	starpu_task_wait_for_all();
 	CHECK(ran_on[0] + ran_on[1] == NTASKS, "%s: %d of %d tasks ran", what, ran_on[0] + ran_on[1], NTASKS);
-	CHECK(ran_on[0] >= NTASKS / 4 && ran_on[1] >= NTASKS / 4, "%s: split %d / %d", what, ran_on[0], ran_on[1]);
+	CHECK(ran_on[0] >= NTASKS / 10 && ran_on[1] >= NTASKS / 10, "%s: split %d / %d", what, ran_on[0], ran_on[1]);
 	printf("%s: %d tasks split %d / %d\n", what, NTASKS, ran_on[0], ran_on[1]);
 	if (cl->model) { /* StarPU learnt the task's length from the runs */
 		struct starpu_task *t = starpu_task_create();
