@@ -48,12 +48,12 @@
 
 enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
 
-/* Updates of the planned step, in plan order, whose inputs (buffers first..last) are
- * fetched to `node` `ahead` tasks ahead of the workers that run them: each update that
- * ends starts the next fetch, so transfers run ahead of the work without taking more
- * memory than the plan allows.
- * Two kinds of fetch. The state (buffers 0-2, the optimizer's own) and inputs with a home
- * node are fetched by handle as soon as the window reaches them, even before the update
+/* Updates of the planned step, in plan order, whose inputs (buffers first..last, of enum
+ * _dos_adam_buffer) are fetched to `node` `ahead` tasks ahead of the workers that run
+ * them: each update that ends starts the next fetch, so transfers run ahead of the work
+ * without taking more memory than the plan allows.
+ * Two kinds of fetch. The state (the optimizer's own) and inputs with a home node are
+ * fetched by handle as soon as the window reaches them, even before the update
  * is ready (staged state during backward). A gradient or 16-bit weights with no home is
  * data the step produces and may drop once consumed (the training graph does, so that
  * StarPU never writes dead data back), and StarPU refuses a handle prefetch once such a
@@ -339,8 +339,8 @@ static void submit_hook(struct starpu_task *task)
 	 * application's data: its GPU copy lives from the task that makes it there (the
 	 * gather, the GPU update) to the last that uses it (the update, the refresh), which
 	 * post_exec_hook records for the update. */
-	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		if (b < 3 || home_is_gpu(STARPU_TASK_GET_HANDLE(task, b)))
+	for (int b = 0; b < _dos_adam_step_data_end(task); b++)
+		if (b < DOS_ADAM_STATE_BUFFERS || home_is_gpu(STARPU_TASK_GET_HANDLE(task, b)))
 			_dos_app_memory_exclude(&p->app_memory, STARPU_TASK_GET_HANDLE(task, b));
 	unlock_plan(p);
 }
@@ -356,7 +356,7 @@ static int on_gpu(starpu_data_handle_t h, int gpu)
  * still have to cross the link). */
 static int state_on_gpu(struct starpu_task *update, int gpu)
 {
-	for (int b = 0; b < 3; b++)
+	for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
 		if (!on_gpu(STARPU_TASK_GET_HANDLE(update, b), gpu))
 			return 0;
 	return 1;
@@ -466,7 +466,7 @@ static int window_add(struct fetch_window *w, struct starpu_task *task)
 	*e = (struct fetch_entry){.task = task};
 	for (int b = w->first_buffer; b <= w->last_buffer && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
 		starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
-		if (b < 3 || starpu_data_get_home_node(h) >= 0)
+		if (b < DOS_ADAM_STATE_BUFFERS || starpu_data_get_home_node(h) >= 0)
 			e->handle[e->nhandles++] = h;
 		else
 			e->fetch_task_inputs = 1;
@@ -488,7 +488,7 @@ static double gpu_homed_inputs_bytes(const struct step_tasks *s)
 {
 	double bytes = 0;
 	for (int i = 0; i < s->n; i++)
-		for (int b = 3; b < (int)STARPU_TASK_GET_NBUFFERS(s->tasks[i]); b++)
+		for (int b = DOS_ADAM_BUF_GRAD; b < _dos_adam_step_data_end(s->tasks[i]); b++)
 			if (home_is_gpu(STARPU_TASK_GET_HANDLE(s->tasks[i], b)))
 				bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(s->tasks[i], b));
 	return bytes;
@@ -551,14 +551,14 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	struct dos_data_homes homes = {
 		.grad_bytes_per_param = (double)dos_dtype_size(gt),
 		.weight_bytes_per_param = wt == DOS_FP32 ? 0.0 : 2.0,
-		.grads_on_gpu = home_is_gpu(STARPU_TASK_GET_HANDLE(first, 3)),
-		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(STARPU_TASK_GET_HANDLE(first, 4)),
+		.grads_on_gpu = home_is_gpu(STARPU_TASK_GET_HANDLE(first, DOS_ADAM_BUF_GRAD)),
+		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(STARPU_TASK_GET_HANDLE(first, DOS_ADAM_BUF_WEIGHT16)),
 	};
 	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
 	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
 	STARPU_ASSERT_MSG(sg && place, "out of memory planning %d subgroups", s->n);
 	for (int i = 0; i < s->n; i++) {
-		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], 0);
+		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], DOS_ADAM_BUF_MASTER);
 		sg[i].params = (double)starpu_vector_get_nx(master);
 		sg[i].resident_now = state_on_gpu(s->tasks[i], gpu);
 	}
@@ -597,9 +597,9 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	 * budget and make StarPU evict state it still needs (what dmda does). */
 	int ngpu = 0;
 	p->generation++;
-	window_reset(&p->staged, s->n, 0, 3, p->gpu_node);
-	window_reset(&p->resident, s->n, 3, 3, p->gpu_node);
-	window_reset(&p->on_cpu, s->n, 3, 3, STARPU_MAIN_RAM);
+	window_reset(&p->staged, s->n, DOS_ADAM_BUF_MASTER, DOS_ADAM_BUF_GRAD, p->gpu_node);
+	window_reset(&p->resident, s->n, DOS_ADAM_BUF_GRAD, DOS_ADAM_BUF_GRAD, p->gpu_node);
+	window_reset(&p->on_cpu, s->n, DOS_ADAM_BUF_GRAD, DOS_ADAM_BUF_GRAD, STARPU_MAIN_RAM);
 	double resident_bytes = 0, staged_bytes = 0;
 	for (int i = 0; i < s->n; i++) {
 		struct fetch_window *w = window_of(p, place[i]);
@@ -614,7 +614,8 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
 			resident_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 			if (!sg[i].resident_now)
-				prefetch_buffers(p, s->tasks[i], 0, 2, (unsigned)p->gpu_node, s->n - i);
+				prefetch_buffers(p, s->tasks[i], DOS_ADAM_BUF_MASTER, DOS_ADAM_BUF_V,
+						 (unsigned)p->gpu_node, s->n - i);
 		}
 	}
 	p->eager_writeback = resident_bytes + staged_bytes > m.gpu_budget_bytes;
@@ -929,12 +930,13 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		 * home or dropped when its home is the host): their copies must not crowd out
 		 * resident state. Staged state is written back now, and its GPU copy is the
 		 * first evicted. */
-		for (int b = place == DOS_PLACE_GPU_TRANSIENT ? 0 : 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
+		for (int b = place == DOS_PLACE_GPU_TRANSIENT ? DOS_ADAM_BUF_MASTER : DOS_ADAM_BUF_GRAD;
+		     b < _dos_adam_step_data_end(task); b++)
 			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
 	double now = starpu_timing_now() * 1e-6;
 	lock_plan(p);
 	if (p->gpu_node >= 0) /* the span of its gradient's and 16-bit weights' GPU copies */
-		for (int b = 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
+		for (int b = DOS_ADAM_BUF_GRAD; b < _dos_adam_step_data_end(task); b++) {
 			starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
 			if (!home_is_gpu(h))
 				_dos_app_memory_update_use(&p->app_memory, h,
@@ -943,7 +945,7 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	if (place == DOS_PLACE_CPU_THEN_RESIDENT && !on_cuda && p->gpu_node >= 0)
 		/* its state moves to the GPU now that the CPU has updated it, when the link has
 		 * nothing else to do (the next forward and backward): resident next step */
-		for (int b = 0; b < 3; b++)
+		for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
 			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), (unsigned)p->gpu_node, 0, 1);
 	if (place == DOS_PLACE_GPU_TRANSIENT && on_cuda && p->eager_writeback)
 		/* When the GPU cannot keep every staged subgroup beside the resident state until
@@ -955,7 +957,7 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		 * nothing. When it can, the lazy write-back often never happens before the next
 		 * step stages the same state again, which then moves nothing (eager everywhere
 		 * cost 2 % on the simulated 20B h100-pcie5 update phase in the training layout). */
-		for (int b = 0; b < 3; b++)
+		for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
 			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), STARPU_MAIN_RAM, 0, 0);
 	if (generation == p->generation) { /* not an update of an older plan */
 		/* one more update of its window ended: start the next fetch */
