@@ -537,12 +537,13 @@ static void learn_from_evictions(struct policy *p, const struct step_tasks *s, c
 		p->eviction_margin_bytes = fmax(p->eviction_margin_bytes, evicted);
 }
 
-/* Plans the updates of s (plan lock held). */
-static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx)
+/* The cost model of step s's plan (plan lock held): the machine as StarPU measures it
+ * (rates.c), with the GPU memory left after the forecast of what the application keeps
+ * there, and what the rest of the iteration leaves of the GPU and the link. Ends the
+ * iteration measured since the previous plan. */
+static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sched_ctx, int gpu,
+		       const struct dos_plan_subgroup *sg, struct dos_machine_costs *m, int *calibrated)
 {
-	double t0 = seconds_now();
-	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
-	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
 	struct starpu_task *first = s->tasks[0];
 	uint64_t step;
 	enum dos_dtype gt, wt;
@@ -554,47 +555,48 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 		.grads_on_gpu = home_is_gpu(STARPU_TASK_GET_HANDLE(first, DOS_ADAM_BUF_GRAD)),
 		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(STARPU_TASK_GET_HANDLE(first, DOS_ADAM_BUF_WEIGHT16)),
 	};
-	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
-	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
-	STARPU_ASSERT_MSG(sg && place, "out of memory planning %d subgroups", s->n);
-	for (int i = 0; i < s->n; i++) {
-		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], DOS_ADAM_BUF_MASTER);
-		sg[i].params = (double)starpu_vector_get_nx(master);
-		sg[i].resident_now = state_on_gpu(s->tasks[i], gpu);
-	}
-	/* The iteration measured since the previous plan ends here. */
 	_dos_app_memory_plan(&p->app_memory, starpu_timing_now() * 1e-6);
 	learn_from_evictions(p, s, sg);
 	double update_extra;
 	double app = app_memory_forecast(p, &update_extra);
-	struct dos_machine_costs m;
-	int calibrated;
 	_dos_measure_costs(first, sched_ctx, &homes,
-			   app + p->eviction_margin_bytes + p->declared_reserve_bytes + gpu_homed_inputs_bytes(s), &m,
-			   &calibrated);
-	m.gpu_update_extra_bytes = update_extra;
+			   app + p->eviction_margin_bytes + p->declared_reserve_bytes + gpu_homed_inputs_bytes(s), m,
+			   calibrated);
+	m->gpu_update_extra_bytes = update_extra;
 	/* The rest of the iteration: the GPU's application work queued now (StarPU's
 	 * predictions of the tasks in its queue; read without its lock: a hint) comes before
 	 * any update placed there; and the link idles while the GPU runs the application
 	 * outside the update window (the last iteration's, half of it kept for the
 	 * application's own transfers), which can carry state becoming resident. */
-	m.gpu_busy_ahead_seconds = gpu >= 0 ? p->queued_us[gpu] * 1e-6 : 0.0;
+	m->gpu_busy_ahead_seconds = gpu >= 0 ? p->queued_us[gpu] * 1e-6 : 0.0;
 	const struct dos_app_forecast *f = &p->app_memory.last;
 	double idle_link = fmin(f->gpu_busy_seconds, f->iteration_seconds - f->update_window_seconds);
-	m.promote_bytes = f->learned && idle_link > 0 ? 0.5 * idle_link * m.h2d_bytes_per_second : 0.0;
-	if (gpu < 0 || p->rule == RULE_ALL_CPU)
-		_dos_plan_all_cpu(s->n, place);
-	else if (p->rule == RULE_STRIDE)
-		_dos_plan_stride(s->n, p->stride_k, place);
-	else if (p->rule == RULE_RESIDENT)
-		_dos_plan_resident(s->n, p->resident_ratio, place);
-	else
-		_dos_plan_step(&m, sg, s->n, place);
+	m->promote_bytes = f->learned && idle_link > 0 ? 0.5 * idle_link * m->h2d_bytes_per_second : 0.0;
+}
 
-	/* Prefetch now the state the plan newly keeps resident (it fits by construction);
-	 * the staged subgroups' state and gradient, and the resident ones' gradients, go
-	 * through fetch windows: fetching every staged state at once would overflow the
-	 * budget and make StarPU evict state it still needs (what dmda does). */
+/* Where each of the n subgroups goes: the policy's placement rule. */
+static void place_subgroups(const struct policy *p, int gpu, const struct dos_machine_costs *m,
+			    const struct dos_plan_subgroup *sg, int n, enum dos_placement *place)
+{
+	if (gpu < 0 || p->rule == RULE_ALL_CPU)
+		_dos_plan_all_cpu(n, place);
+	else if (p->rule == RULE_STRIDE)
+		_dos_plan_stride(n, p->stride_k, place);
+	else if (p->rule == RULE_RESIDENT)
+		_dos_plan_resident(n, p->resident_ratio, place);
+	else
+		_dos_plan_step(m, sg, n, place);
+}
+
+/* Tags each update with its placement and starts the transfers of the plan (plan lock
+ * held); returns the number of updates placed on the GPU. The state the plan newly keeps
+ * resident is prefetched now (it fits by construction); the staged subgroups' state and
+ * gradient, and the resident ones' gradients, go through fetch windows: fetching every
+ * staged state at once would overflow the budget and make StarPU evict state it still
+ * needs (what dmda does). */
+static int start_transfers(struct policy *p, struct step_tasks *s, const struct dos_plan_subgroup *sg,
+			   const enum dos_placement *place, const struct dos_machine_costs *m)
+{
 	int ngpu = 0;
 	p->generation++;
 	window_reset(&p->staged, s->n, DOS_ADAM_BUF_MASTER, DOS_ADAM_BUF_GRAD, p->gpu_node);
@@ -618,51 +620,82 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 						 (unsigned)p->gpu_node, s->n - i);
 		}
 	}
-	p->eager_writeback = resident_bytes + staged_bytes > m.gpu_budget_bytes;
-	double per = sg[0].params * dos_staging_bytes_per_param(&m);
-	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor(dos_staging_room_bytes(&m, resident_bytes) / per)) : 0;
+	p->eager_writeback = resident_bytes + staged_bytes > m->gpu_budget_bytes;
+	double per = sg[0].params * dos_staging_bytes_per_param(m);
+	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor(dos_staging_room_bytes(m, resident_bytes) / per)) : 0;
 	p->resident.ahead = RESIDENT_GRADIENTS_AHEAD;
-	p->on_cpu.ahead = m.ncpu_workers + 1;
+	p->on_cpu.ahead = m->ncpu_workers + 1;
 	window_advance(p, &p->staged, 0);
 	window_advance(p, &p->resident, 0);
 	window_advance(p, &p->on_cpu, 0);
+	return ngpu;
+}
+
+/* What the plan of step `step` decided, in the statistics and, as asked, on stderr. */
+static void report_plan(struct policy *p, uint64_t step, const struct dos_plan_subgroup *sg, int n,
+			const enum dos_placement *place, int ngpu, const struct dos_machine_costs *m, int calibrated)
+{
 	p->stats.last_step = step;
-	p->stats.last_subgroups = (unsigned)s->n;
+	p->stats.last_subgroups = (unsigned)n;
 	p->stats.last_gpu_subgroups = (unsigned)ngpu;
-	p->stats.last_predicted_seconds = _dos_plan_predict(&m, sg, s->n, place);
-	p->stats.last_bound_seconds = _dos_bound_seconds(&m, sg, s->n, NULL);
+	p->stats.last_predicted_seconds = _dos_plan_predict(m, sg, n, place);
+	p->stats.last_bound_seconds = _dos_bound_seconds(m, sg, n, NULL);
 	p->stats.calibrated = calibrated;
-	p->stats.gpu_budget_bytes = m.gpu_budget_bytes;
-	if (p->gpu_node >= 0 && m.gpu_budget_bytes < per && !p->said_no_gpu_room) {
+	p->stats.gpu_budget_bytes = m->gpu_budget_bytes;
+	double per = sg[0].params * dos_staging_bytes_per_param(m);
+	if (p->gpu_node >= 0 && m->gpu_budget_bytes < per && !p->said_no_gpu_room) {
 		/* less GPU memory than one subgroup needs: every update runs on the CPU, which
 		 * is correct but slow; the user should know, once */
 		p->said_no_gpu_room = 1;
 		fprintf(stderr,
 			"starpu-dos: %s: no GPU memory left for optimizer state (budget %.3g GB after what the "
 			"application keeps there, one subgroup needs %.3g GB): updates run on the CPU\n",
-			rule_name(p->rule), m.gpu_budget_bytes * 1e-9, per * 1e-9);
+			rule_name(p->rule), m->gpu_budget_bytes * 1e-9, per * 1e-9);
 	}
-	if (p->verbose >= 2) {
-		/* one line per plan: what it kept, took on, staged and left on the CPU, and the
-		 * forecast it planned with */
-		int count[5] = {0}, kept = 0;
-		for (int i = 0; i < s->n; i++) {
-			count[place[i]]++;
-			kept += place[i] == DOS_PLACE_GPU_RESIDENT && sg[i].resident_now;
-		}
-		fprintf(stderr,
-			"starpu-dos: %s: plan of step %llu at %.3f s: %d resident (%d already), %d staged, %d on CPU "
-			"(%d then resident); GPU budget %.3g GB (+%.3g GB in the update window), application "
-			"forecast %.3g GB (%s; measured %.3g GB), GPU busy %.3g s ahead, %.3g GB may move after CPU "
-			"updates; "
-			"predicted %.4g s\n",
-			rule_name(p->rule), (unsigned long long)step, starpu_timing_now() * 1e-6,
-			count[DOS_PLACE_GPU_RESIDENT], kept, count[DOS_PLACE_GPU_TRANSIENT],
-			count[DOS_PLACE_CPU] + count[DOS_PLACE_CPU_THEN_RESIDENT], count[DOS_PLACE_CPU_THEN_RESIDENT],
-			m.gpu_budget_bytes * 1e-9, m.gpu_update_extra_bytes * 1e-9, p->stats.app_forecast_bytes * 1e-9,
-			p->stats.app_forecast_learned ? "learned" : "declared", f->iteration_peak_bytes * 1e-9,
-			m.gpu_busy_ahead_seconds, m.promote_bytes * 1e-9, p->stats.last_predicted_seconds);
+	if (p->verbose < 2)
+		return;
+	/* one line per plan: what it kept, took on, staged and left on the CPU, and the
+	 * forecast it planned with */
+	int count[5] = {0}, kept = 0;
+	for (int i = 0; i < n; i++) {
+		count[place[i]]++;
+		kept += place[i] == DOS_PLACE_GPU_RESIDENT && sg[i].resident_now;
 	}
+	fprintf(stderr,
+		"starpu-dos: %s: plan of step %llu at %.3f s: %d resident (%d already), %d staged, %d on CPU "
+		"(%d then resident); GPU budget %.3g GB (+%.3g GB in the update window), application "
+		"forecast %.3g GB (%s; measured %.3g GB), GPU busy %.3g s ahead, %.3g GB may move after CPU "
+		"updates; "
+		"predicted %.4g s\n",
+		rule_name(p->rule), (unsigned long long)step, starpu_timing_now() * 1e-6, count[DOS_PLACE_GPU_RESIDENT],
+		kept, count[DOS_PLACE_GPU_TRANSIENT], count[DOS_PLACE_CPU] + count[DOS_PLACE_CPU_THEN_RESIDENT],
+		count[DOS_PLACE_CPU_THEN_RESIDENT], m->gpu_budget_bytes * 1e-9, m->gpu_update_extra_bytes * 1e-9,
+		p->stats.app_forecast_bytes * 1e-9, p->stats.app_forecast_learned ? "learned" : "declared",
+		p->app_memory.last.iteration_peak_bytes * 1e-9, m->gpu_busy_ahead_seconds, m->promote_bytes * 1e-9,
+		p->stats.last_predicted_seconds);
+}
+
+/* Plans the updates of s (plan lock held): its subgroups as they are now, the cost model,
+ * the placement, the transfers it starts. */
+static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx)
+{
+	double t0 = seconds_now();
+	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
+	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
+	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
+	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
+	STARPU_ASSERT_MSG(sg && place, "out of memory planning %d subgroups", s->n);
+	for (int i = 0; i < s->n; i++) {
+		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], DOS_ADAM_BUF_MASTER);
+		sg[i].params = (double)starpu_vector_get_nx(master);
+		sg[i].resident_now = state_on_gpu(s->tasks[i], gpu);
+	}
+	struct dos_machine_costs m;
+	int calibrated;
+	step_costs(p, s, sched_ctx, gpu, sg, &m, &calibrated);
+	place_subgroups(p, gpu, &m, sg, s->n, place);
+	int ngpu = start_transfers(p, s, sg, place, &m);
+	report_plan(p, s->step, sg, s->n, place, ngpu, &m, calibrated);
 	s->planned = 1;
 	free(sg);
 	free(p->last_place);
