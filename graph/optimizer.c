@@ -11,11 +11,12 @@
 #include "host_memory.h"
 #include "optimizer.h"
 
-static void submit_task(struct _dos_optimizer *opt, struct starpu_task *task)
+static void submit_task(struct _dos_optimizer *opt, struct starpu_task *task, enum _dos_task_phase phase,
+			uint32_t subgroup)
 {
 	task->sched_ctx = opt->cfg.sched_ctx;
-	if (opt->hook)
-		opt->hook(opt->hook_arg, task);
+	if (opt->cfg.hook)
+		opt->cfg.hook(opt->cfg.hook_arg, task, phase, subgroup);
 	int err = starpu_task_submit(task);
 	/* a refused submission leaves a half-built step that cannot be undone: a bug */
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", task->cl->name, err);
@@ -236,7 +237,7 @@ static void submit_gather(struct _dos_optimizer *opt, uint32_t s)
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
-	submit_task(opt, task);
+	submit_task(opt, task, DOS_TASK_GATHER, s);
 }
 
 /* Tensor t's working weights from the subgroups its pieces lie in. */
@@ -260,7 +261,7 @@ static void submit_refresh(struct _dos_optimizer *opt, uint32_t t)
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the weight refresh of tensor %u", t);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
-	submit_task(opt, task);
+	submit_task(opt, task, DOS_TASK_REFRESH, DOS_NO_SUBGROUP);
 }
 
 /* Every subgroup's gradient where its state is: one process gathers them all; in a
@@ -335,7 +336,7 @@ static int global_stats(struct _dos_optimizer *opt, double *sum_sq, uint32_t *ov
 		int err = dos_grad_stats_task_create(opt->grad_h[s], opt->cfg.grad_dtype, opt->stats_h[s], &task);
 		if (err)
 			return err;
-		submit_task(opt, task);
+		submit_task(opt, task, DOS_TASK_STATISTICS, s);
 		for (int r = 0; r < _dos_dp_size(dp); r++)
 			if (r != owner)
 				_dos_dp_send(opt->stats_h[s], r, DOS_DP_STATS, s);
@@ -431,7 +432,7 @@ int _dos_optimizer_submit_step(struct _dos_optimizer *opt, struct _dos_step_repo
 	opt->loss_scale = next_scale;
 	opt->good_steps = next_good_steps;
 	for (uint32_t s = opt->own_first; s < opt->own_end; s++)
-		submit_task(opt, updates[s]);
+		submit_task(opt, updates[s], DOS_TASK_UPDATE, s);
 	free(updates);
 	opt->nonfinite_update[update % 2] = update;
 	report->update = update;
@@ -502,7 +503,7 @@ void _dos_optimizer_rebuild_weights(struct _dos_optimizer *opt)
 			int err = dos_cast_task_create(opt->master_h[s], opt->weight16_h[s], opt->cfg.weight_dtype,
 						       &task);
 			STARPU_ASSERT_MSG(err == 0, "casting subgroup %u's master weights: %d", s, err);
-			submit_task(opt, task);
+			submit_task(opt, task, DOS_TASK_REFRESH, s);
 		}
 	if (_dos_dp_size(&opt->cfg.dp) > 1) /* each rank's, to the others */
 		exchange_weights(opt);

@@ -21,7 +21,7 @@
 
 #include "dos.h"
 #include "data_parallel.h"
-#include "model.h"
+#include "phase.h"
 #include "subgroups.h"
 
 struct _dos_optimizer_config {
@@ -53,6 +53,9 @@ struct _dos_optimizer_config {
 	/* data parallelism (data_parallel.h): this rank keeps the state of its own subgroups
 	 * only; zero: a single process */
 	struct dos_data_parallel dp;
+	/* optional: every task the optimizer submits, before its submission (phase.h) */
+	_dos_task_hook hook;
+	void *hook_arg;
 };
 
 struct _dos_optimizer {
@@ -80,8 +83,6 @@ struct _dos_optimizer {
 	double loss_scale;            /* 1 without dynamic loss scaling */
 	uint32_t good_steps;          /* since the last change of the scale */
 	int copies_on_gpu;            /* gathers and refreshes run on CUDA workers (there are some) */
-	_dos_task_hook hook;
-	void *hook_arg;
 };
 
 /* What one submitted step did. */

@@ -384,9 +384,13 @@ int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *
 	}
 	model.hook = cfg->hook;
 	model.hook_arg = cfg->hook_arg;
+	corpus.hook = cfg->hook;
+	corpus.hook_arg = cfg->hook_arg;
 	struct _dos_optimizer_config oc = cfg->opt;
 	oc.sched_ctx = cfg->sched_ctx;
 	oc.dp = cfg->dp;
+	oc.hook = cfg->hook;
+	oc.hook_arg = cfg->hook_arg;
 	/* mixed precision: the model computes in the 16-bit weight dtype on 16-bit working
 	 * weights, which the refresh copies from the update's 16-bit weights; its gradients
 	 * stay fp32 (the micro-batches accumulate into them), narrowed by the gather */
@@ -413,8 +417,6 @@ int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *
 		free(loss_slots);
 		return err;
 	}
-	opt.hook = cfg->hook;
-	opt.hook_arg = cfg->hook_arg;
 
 	declare_gpu_memory(cfg, &model);
 	uint64_t first_step = 0;

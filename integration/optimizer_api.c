@@ -11,12 +11,10 @@
 
 #include "checkpoint.h"
 #include "codelet_util.h"
-#include "codelets.h"
 #include "dos.h"
 #include "errors.h"
-#include "flat.h"
-#include "optimizer.h"
 #include "numerics.h"
+#include "optimizer.h"
 #include "planner.h"
 
 /* Optimizers alive in a StarPU that dos_opt_create started: the last one destroyed shuts
@@ -55,9 +53,8 @@ struct dos_opt {
 	int own_ctx;     /* created here, deleted by destroy */
 	int owns_starpu; /* counted in owned_starpu_users */
 	uint64_t steps_submitted;
-	/* the hook's view of the step being submitted (submitting thread only) */
+	/* the step being submitted, for the hook (submitting thread only) */
 	struct step_account *submitting;
-	uint32_t gathers_seen, updates_seen;
 	/* guards what the task records update from the workers */
 	starpu_pthread_mutex_t lock;
 	starpu_pthread_cond_t progress; /* a task or a step ended */
@@ -151,31 +148,40 @@ static void task_ended(void *arg)
 	free(r);
 }
 
+/* The public phase of one of the optimizer's tasks: the one place that maps the phases
+ * its submitters name (graph/phase.h) onto enum dos_opt_phase, whose values are ABI. A
+ * weight rebuild's casts are part of the refresh. */
+static enum dos_opt_phase public_phase(enum _dos_task_phase phase)
+{
+	switch (phase) {
+	case DOS_TASK_GATHER:
+		return DOS_PHASE_GATHER;
+	case DOS_TASK_STATISTICS:
+		return DOS_PHASE_STATS;
+	case DOS_TASK_UPDATE:
+		return DOS_PHASE_UPDATE;
+	case DOS_TASK_REFRESH:
+		return DOS_PHASE_REFRESH;
+	default:
+		STARPU_ASSERT_MSG(0, "the optimizer submitted a task of the %s phase", _dos_task_phase_name(phase));
+		return DOS_PHASE_REFRESH;
+	}
+}
+
 /* The optimizer's task hook (called on the submitting thread for every task, before its
- * submission): which phase the task belongs to, and the callbacks that record it. The
- * builder submits a step's gathers in subgroup order, then its statistics, updates in
- * subgroup order, and refreshes: the destination handle tells a gather from a refresh. */
-static void record_task(void *arg, struct starpu_task *task)
+ * submission, with the phase and subgroup its submitter names): the callbacks that
+ * record the task. */
+static void record_task(void *arg, struct starpu_task *task, enum _dos_task_phase phase, uint32_t subgroup)
 {
 	struct dos_opt *opt = arg;
 	struct task_record *r = malloc(sizeof *r);
 	STARPU_ASSERT_MSG(r, "out of memory recording an optimizer task");
-	*r = (struct task_record){.opt = opt, .account = opt->submitting, .start_us = NAN};
-	uint32_t nsub = opt->inner.map.nsubgroups;
-	if (task->cl == &_dos_adam_codelet) {
-		r->phase = DOS_PHASE_UPDATE;
-		r->subgroup = opt->updates_seen++;
-		STARPU_ASSERT(r->subgroup < nsub &&
-			      STARPU_TASK_GET_HANDLE(task, 0) == opt->inner.master_h[r->subgroup]);
-	} else if (task->cl == &_dos_grad_stats_codelet) {
-		r->phase = DOS_PHASE_STATS;
-	} else if (task->cl == &_dos_flat_copy_codelet && opt->gathers_seen < nsub &&
-		   STARPU_TASK_GET_HANDLE(task, 0) == opt->inner.grad_h[opt->gathers_seen]) {
-		r->phase = DOS_PHASE_GATHER;
-		opt->gathers_seen++;
-	} else {
-		r->phase = DOS_PHASE_REFRESH; /* the refreshes, and the casts of a weight rebuild */
-	}
+	*r = (struct task_record){.opt = opt,
+				  .account = opt->submitting,
+				  .phase = public_phase(phase),
+				  .subgroup = subgroup,
+				  .start_us = NAN};
+	STARPU_ASSERT(r->phase != DOS_PHASE_UPDATE || subgroup < opt->inner.map.nsubgroups);
 	r->pop_callback = task->prologue_callback_pop_func;
 	r->pop_arg = task->prologue_callback_pop_arg;
 	r->end_callback = task->epilogue_callback_func;
@@ -472,6 +478,8 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 	}
 	read_initial_weights(opt, cfg->tensor_dtype, initial);
 	oc.sched_ctx = opt->sched_ctx;
+	oc.hook = record_task;
+	oc.hook_arg = opt;
 	err = _dos_optimizer_create(&opt->inner, &oc, ntensors, opt->numel, opt->weight, opt->grad, initial);
 	free(initial);
 	if (err) {
@@ -483,8 +491,6 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 		teardown(opt, 1, 1);
 		return DOS_FAIL(-ENOMEM, "no memory for %u subgroups", opt->inner.map.nsubgroups);
 	}
-	opt->inner.hook = record_task;
-	opt->inner.hook_arg = opt;
 	/* what the application keeps on the GPU, so that the dos plan leaves it room (the
 	 * optimizer's gradient and 16-bit weight copies live from their producer to their
 	 * consumer only, and the policy measures that span) */
@@ -522,7 +528,6 @@ int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
 	opt->steps_in_flight++;
 	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
 	opt->submitting = a;
-	opt->gathers_seen = opt->updates_seen = 0;
 	struct _dos_step_report r;
 	int err = _dos_optimizer_submit_step(&opt->inner, &r);
 	opt->submitting = NULL;
