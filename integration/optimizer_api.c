@@ -1,6 +1,8 @@
-/* The embedding API of include/dos.h (dos_opt_*): an application's tensors handed to the
- * optimizer of graph/optimizer.c, in a StarPU that the application or this file started,
- * with per-task records of where each update ran and how long each phase took. */
+/* The embedding API of include/dos.h (dos_opt_*): a thin facade over the optimizer of
+ * graph/optimizer.c, which owns the state, the step's tasks and the checkpoints. Here:
+ * the application's tensors (its handles, or buffers registered here), StarPU joined or
+ * started, per-task records of where each update ran and how long each phase took, and
+ * the throttle that keeps an application within the steps the dos policy plans ahead. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -44,8 +46,8 @@ struct task_record {
 };
 
 struct dos_opt {
-	struct _dos_optimizer inner;
-	uint32_t ntensors;
+	struct _dos_optimizer *inner;
+	uint32_t ntensors, nsubgroups;
 	uint64_t *numel;
 	starpu_data_handle_t *weight, *grad; /* [ntensors], handed to inner */
 	int *weight_node, *grad_node;        /* home node of the handles registered here, else -1 */
@@ -181,7 +183,7 @@ static void record_task(void *arg, struct starpu_task *task, enum _dos_task_phas
 				  .phase = public_phase(phase),
 				  .subgroup = subgroup,
 				  .start_us = NAN};
-	STARPU_ASSERT(r->phase != DOS_PHASE_UPDATE || subgroup < opt->inner.map.nsubgroups);
+	STARPU_ASSERT(r->phase != DOS_PHASE_UPDATE || subgroup < opt->nsubgroups);
 	r->pop_callback = task->prologue_callback_pop_func;
 	r->pop_arg = task->prologue_callback_pop_arg;
 	r->end_callback = task->epilogue_callback_func;
@@ -329,7 +331,7 @@ static void read_initial_weights(const struct dos_opt *opt, enum dos_dtype dtype
 static void teardown(struct dos_opt *opt, int inner_made, int lock_made)
 {
 	if (inner_made)
-		_dos_optimizer_destroy(&opt->inner);
+		_dos_optimizer_destroy(opt->inner);
 	for (uint32_t t = 0; t < opt->ntensors; t++) {
 		if (opt->weight_node && opt->weight_node[t] >= 0)
 			starpu_data_unregister(opt->weight[t]);
@@ -486,10 +488,13 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 		teardown(opt, 0, 1);
 		return err;
 	}
-	opt->placement = calloc(opt->inner.map.nsubgroups, sizeof *opt->placement);
+	struct _dos_optimizer_info info;
+	_dos_optimizer_get_info(opt->inner, &info);
+	opt->nsubgroups = info.nsubgroups;
+	opt->placement = calloc(opt->nsubgroups, sizeof *opt->placement);
 	if (!opt->placement) {
 		teardown(opt, 1, 1);
-		return DOS_FAIL(-ENOMEM, "no memory for %u subgroups", opt->inner.map.nsubgroups);
+		return DOS_FAIL(-ENOMEM, "no memory for %u subgroups", opt->nsubgroups);
 	}
 	/* what the application keeps on the GPU, so that the dos plan leaves it room (the
 	 * optimizer's gradient and 16-bit weight copies live from their producer to their
@@ -529,7 +534,7 @@ int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
 	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
 	opt->submitting = a;
 	struct _dos_step_report r;
-	int err = _dos_optimizer_submit_step(&opt->inner, &r);
+	int err = _dos_optimizer_submit_step(opt->inner, &r);
 	opt->submitting = NULL;
 	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
 	publish_if_done(opt, a);
@@ -550,7 +555,7 @@ int dos_opt_set_lr(dos_opt_t opt, double lr)
 {
 	if (!opt)
 		return DOS_FAIL(-EINVAL, "opt is NULL");
-	return _dos_optimizer_set_lr(&opt->inner, lr);
+	return _dos_optimizer_set_lr(opt->inner, lr);
 }
 
 int dos_opt_wait(dos_opt_t opt)
@@ -573,15 +578,16 @@ int dos_opt_get_info(dos_opt_t opt, struct dos_opt_info *out)
 {
 	if (!opt || !out)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, out %p)", (void *)opt, (void *)out);
-	const struct _dos_optimizer *in = &opt->inner;
-	*out = (struct dos_opt_info){.nparams = in->map.nparams,
-				     .subgroup_size = in->map.subgroup_size,
-				     .ntensors = in->map.ntensors,
-				     .nsubgroups = in->map.nsubgroups,
+	struct _dos_optimizer_info in;
+	_dos_optimizer_get_info(opt->inner, &in);
+	*out = (struct dos_opt_info){.nparams = in.nparams,
+				     .subgroup_size = in.subgroup_size,
+				     .ntensors = in.ntensors,
+				     .nsubgroups = in.nsubgroups,
 				     .steps_submitted = opt->steps_submitted,
-				     .updates_applied = in->step,
-				     .skipped_steps = in->skipped_steps,
-				     .loss_scale = in->loss_scale,
+				     .updates_applied = in.updates,
+				     .skipped_steps = in.skipped_steps,
+				     .loss_scale = in.loss_scale,
 				     .sched_ctx = opt->sched_ctx,
 				     .owns_starpu = opt->owns_starpu};
 	return 0;
@@ -591,9 +597,8 @@ int dos_opt_get_placements(dos_opt_t opt, enum dos_device *where, uint32_t count
 {
 	if (!opt || !where)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, where %p)", (void *)opt, (void *)where);
-	if (count != opt->inner.map.nsubgroups)
-		return DOS_FAIL(-EINVAL, "count = %u but the optimizer has %u subgroups", count,
-				opt->inner.map.nsubgroups);
+	if (count != opt->nsubgroups)
+		return DOS_FAIL(-EINVAL, "count = %u but the optimizer has %u subgroups", count, opt->nsubgroups);
 	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
 	memcpy(where, opt->placement, count * sizeof *where);
 	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
@@ -616,39 +621,16 @@ int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_
 		return DOS_FAIL(-EINVAL, "opt is NULL");
 	if (!master && !m && !v)
 		return DOS_FAIL(-EINVAL, "master, m and v are all NULL: nothing to read");
-	if (count != opt->inner.map.nparams)
+	struct _dos_optimizer_info info;
+	_dos_optimizer_get_info(opt->inner, &info);
+	if (count != info.nparams)
 		return DOS_FAIL(-EINVAL, "count = %llu but the optimizer has %llu parameters",
-				(unsigned long long)count, (unsigned long long)opt->inner.map.nparams);
-	_dos_optimizer_hold_state(&opt->inner, STARPU_R);
-	float *to[] = {master, m, v};
-	const float *from[] = {opt->inner.master, opt->inner.m, opt->inner.v};
-	for (int i = 0; i < 3; i++)
-		if (to[i])
-			memcpy(to[i], from[i], count * sizeof(float));
-	_dos_optimizer_release_state(&opt->inner);
+				(unsigned long long)count, (unsigned long long)info.nparams);
+	_dos_optimizer_read_state(opt->inner, master, m, v);
 	return 0;
 }
 
 /* ---- checkpoints ---------------------------------------------------------------------- */
-
-/* The checkpoint's description of the optimizer now (no data loader here: seed and
- * data_rng stay 0). */
-static struct dos_checkpoint_meta checkpoint_meta(const struct dos_opt *opt)
-{
-	const struct _dos_optimizer *in = &opt->inner;
-	return (struct dos_checkpoint_meta){.nparams = in->map.nparams,
-					    .subgroup_size = in->map.subgroup_size,
-					    .ntensors = in->map.ntensors,
-					    .numel = opt->numel,
-					    .weight_dtype = in->cfg.weight_dtype,
-					    .grad_dtype = in->cfg.grad_dtype,
-					    .step = in->step,
-					    .skipped_steps = in->skipped_steps,
-					    .steps_done = opt->steps_submitted,
-					    .loss_scale = in->loss_scale,
-					    .good_steps = in->good_steps,
-					    .hp = in->cfg.hp};
-}
 
 int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, size_t path_size)
 {
@@ -656,14 +638,11 @@ int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, 
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, dir %p)", (void *)opt, (const void *)dir);
 	if (keep == 0)
 		return DOS_FAIL(-EINVAL, "keep = 0: keep at least the checkpoint being written");
-	_dos_optimizer_hold_state(&opt->inner, STARPU_R);
-	struct dos_checkpoint_meta meta = checkpoint_meta(opt);
-	int err = _dos_optimizer_check_finite(&opt->inner, opt->steps_submitted);
-	if (!err)
-		err = _dos_checkpoint_save(dir, &meta, opt->inner.master, opt->inner.m, opt->inner.v, keep, path_out,
-					   path_out ? path_size : 0);
-	_dos_optimizer_release_state(&opt->inner);
-	return err;
+	/* no data loader here: the position is the steps submitted; the state may have been
+	 * loaded or be older than the updates' flags, so its values are checked */
+	struct _dos_run_position at = {.steps_done = opt->steps_submitted};
+	return _dos_optimizer_save(opt->inner, dir, keep, &at, DOS_SAVE_CHECK_VALUES, path_out,
+				   path_out ? path_size : 0);
 }
 
 int dos_opt_load(dos_opt_t opt, const char *path)
@@ -672,21 +651,12 @@ int dos_opt_load(dos_opt_t opt, const char *path)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, path %p)", (void *)opt, (const void *)path);
 	/* the last refreshes still read the state: they must see the old one */
 	wait_idle(opt);
-	/* read-write and home: the loaded values replace every copy, wherever it is */
-	_dos_optimizer_hold_state(&opt->inner, STARPU_RW);
-	struct dos_checkpoint_meta expect = checkpoint_meta(opt), got;
-	int err = _dos_checkpoint_load(path, &expect, &got, opt->inner.master, opt->inner.m, opt->inner.v);
-	if (!err) {
-		opt->inner.step = got.step;
-		opt->inner.skipped_steps = got.skipped_steps;
-		opt->inner.loss_scale = got.loss_scale;
-		opt->inner.good_steps = got.good_steps;
-		opt->steps_submitted = got.steps_done;
-	}
-	_dos_optimizer_release_state(&opt->inner);
+	struct _dos_run_position at;
+	int err = _dos_optimizer_load(opt->inner, path, &at);
 	if (err)
 		return err;
-	_dos_optimizer_rebuild_weights(&opt->inner);
+	opt->steps_submitted = at.steps_done;
+	_dos_optimizer_rebuild_weights(opt->inner);
 	return 0;
 }
 
