@@ -378,8 +378,8 @@ static int has_valid_copy(starpu_data_handle_t h)
 
 /* Prefetches decided under the plan lock are issued after it is released: a prefetch can
  * complete at once and release a task that depends on the data, which StarPU then pushes,
- * from this very thread, into push_task, which takes the plan lock (a self-deadlock seen
- * with resumed training). */
+ * from this very thread, into push_task, which takes the plan lock: the thread would wait
+ * for itself. */
 static void defer_prefetch(struct policy *p, starpu_data_handle_t h, unsigned node, int prio, int idle)
 {
 	struct deferred_prefetches *d = &p->deferred;
@@ -398,8 +398,7 @@ static void defer_prefetch(struct policy *p, starpu_data_handle_t h, unsigned no
  * a worker thread: there the worker is inside a scheduling operation, and a prefetch that
  * completes at once releases the next task waiting for that data (the next step's gather
  * waits to overwrite a gradient), which StarPU pushes from this same thread, nested: it
- * asserts (!state_sched_op_pending). Seen with an application submitting steps ahead
- * beside its own policy (examples/host_app). Those prefetches wait for the next pre- or
+ * asserts (!state_sched_op_pending). Those prefetches wait for the next pre- or
  * post-execution hook of one of our tasks, which run outside any scheduling operation. */
 static void issue_deferred_prefetches(struct policy *p)
 {
@@ -521,8 +520,8 @@ static double app_memory_forecast(struct policy *p, double *update_extra)
 /* State the previous plan kept resident that StarPU has evicted since (to make room for
  * data the forecast did not foresee): the forecast was short by that much, and stays
  * raised by the largest such shortfall for the rest of the run (plan lock held). The
- * largest, not the sum: StarPU also evicts for reasons of its own (on the simulated
- * full 7b h200 one subgroup goes every step, whatever the plan), and a sum would shrink
+ * largest, not the sum: StarPU also evicts for reasons of its own (some subgroup every
+ * step on a nearly full GPU, whatever the plan), and a sum would shrink
  * the budget by that much every step until no state is left on the GPU. Subgroups are
  * matched by their position in the step, which a training loop keeps. */
 static void learn_from_evictions(struct policy *p, const struct step_tasks *s, const struct dos_plan_subgroup *sg)
@@ -858,9 +857,9 @@ static int inputs_on_node(struct starpu_task *task, unsigned node)
  * the end of backward for that long, and with it the gradients every other update waits
  * for. So such an update yields to the first application task queued behind it; it runs
  * when its inputs have arrived, or when no application task is queued. Updates keep
- * their plan order among themselves: the fetch windows follow it (taking a later update
- * whose state happened to arrive first cost 10 % on the simulated 20B a100-pcie4
- * update phase). */
+ * their plan order among themselves: the fetch windows follow it, and a later update
+ * whose state happens to arrive first would run ahead of the fetches planned for the
+ * earlier ones (slower: results/full-gpu-sim-2026-11-29.md). */
 static struct starpu_task *pop_gpu_queue(struct starpu_task_list *queue, int w)
 {
 	struct starpu_task *front = starpu_task_list_front(queue);
@@ -984,12 +983,12 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		/* When the GPU cannot keep every staged subgroup beside the resident state until
 		 * the next update phase, staged state goes home now, as the plan assumes, not
 		 * when StarPU finds the link idle (wont_use): left dirty, its copies are evicted
-		 * on demand and the next forward's allocations wait for those write-backs
-		 * (simulated bf16 1b on a 9000 MiB h100-pcie5: 0.447 -> 0.368 s per iteration).
-		 * A fetch to host memory leaves the GPU copy clean, so evicting it then costs
-		 * nothing. When it can, the lazy write-back often never happens before the next
-		 * step stages the same state again, which then moves nothing (eager everywhere
-		 * cost 2 % on the simulated 20B h100-pcie5 update phase in the training layout). */
+		 * on demand and the next forward's allocations wait for those write-backs. A
+		 * fetch to host memory leaves the GPU copy clean, so evicting it then costs
+		 * nothing. When the GPU can keep them, the lazy write-back often never happens
+		 * before the next step stages the same state again, which then moves nothing:
+		 * writing back eagerly there only adds traffic. (Measured both ways:
+		 * results/full-gpu-sim-2026-11-29.md, results/comment-evidence-2026-12-01.md.) */
 		for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
 			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), STARPU_MAIN_RAM, 0, 0);
 	if (generation == p->generation) { /* not an update of an older plan */
