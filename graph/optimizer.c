@@ -125,6 +125,37 @@ static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu
 	return 0;
 }
 
+/* Registers every subgroup's handles: its state where this rank keeps it (home in the
+ * state block), or, in fp32, the master weights it receives from their owner; its
+ * gradient, 16-bit weights and statistics (no home: made by tasks); and the non-finite
+ * flags (home in opt->nonfinite, read by the host). */
+static void register_handles(struct _dos_optimizer *opt)
+{
+	const struct _dos_optimizer_config *cfg = &opt->cfg;
+	int sixteen = cfg->weight_dtype != DOS_FP32;
+	uint32_t N = opt->map.nsubgroups;
+	for (uint32_t s = 0; s < N; s++) {
+		uint64_t begin = (uint64_t)s * cfg->subgroup_size - opt->state_begin;
+		uint32_t len = (uint32_t)_dos_subgroup_len(&opt->map, s);
+		if (s >= opt->own_first && s < opt->own_end) { /* ours: the state lives here */
+			starpu_vector_data_register(&opt->master_h[s], STARPU_MAIN_RAM,
+						    (uintptr_t)(opt->master + begin), len, sizeof(float));
+			starpu_vector_data_register(&opt->m_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->m + begin), len,
+						    sizeof(float));
+			starpu_vector_data_register(&opt->v_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->v + begin), len,
+						    sizeof(float));
+		} else if (!sixteen) /* receives the owner's updated weights */
+			starpu_vector_data_register(&opt->master_h[s], -1, 0, len, sizeof(float));
+		starpu_vector_data_register(&opt->grad_h[s], -1, 0, len, dos_dtype_size(cfg->grad_dtype));
+		if (sixteen)
+			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
+		starpu_variable_data_register(&opt->stats_h[s], -1, 0, sizeof(struct dos_grad_stats));
+	}
+	for (size_t f = 0; f < 2 * (size_t)N; f++)
+		starpu_variable_data_register(&opt->nonfinite_h[f], STARPU_MAIN_RAM, (uintptr_t)&opt->nonfinite[f],
+					      sizeof *opt->nonfinite);
+}
+
 int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
 			  const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
 			  const float *initial)
@@ -166,7 +197,6 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 
 	uint64_t P = opt->map.nparams;
 	uint32_t N = opt->map.nsubgroups;
-	int sixteen = cfg->weight_dtype != DOS_FP32;
 	_dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, N, &opt->own_first, &opt->own_end);
 	_dos_dp_owned_params(&cfg->dp, cfg->dp.rank, P, cfg->subgroup_size, &opt->state_begin, &opt->state_len);
 	uint64_t L = opt->state_len;
@@ -201,26 +231,7 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 	 * when there is one (the gradients come from backward there, the weights go to
 	 * forward there) */
 	opt->copies_on_gpu = starpu_cuda_worker_get_count() > 0;
-	for (uint32_t s = 0; s < N; s++) {
-		uint64_t begin = (uint64_t)s * cfg->subgroup_size - opt->state_begin;
-		uint32_t len = (uint32_t)_dos_subgroup_len(&opt->map, s);
-		if (s >= opt->own_first && s < opt->own_end) { /* ours: the state lives here */
-			starpu_vector_data_register(&opt->master_h[s], STARPU_MAIN_RAM,
-						    (uintptr_t)(opt->master + begin), len, sizeof(float));
-			starpu_vector_data_register(&opt->m_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->m + begin), len,
-						    sizeof(float));
-			starpu_vector_data_register(&opt->v_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->v + begin), len,
-						    sizeof(float));
-		} else if (!sixteen) /* receives the owner's updated weights */
-			starpu_vector_data_register(&opt->master_h[s], -1, 0, len, sizeof(float));
-		starpu_vector_data_register(&opt->grad_h[s], -1, 0, len, dos_dtype_size(cfg->grad_dtype));
-		if (sixteen)
-			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
-		starpu_variable_data_register(&opt->stats_h[s], -1, 0, sizeof(struct dos_grad_stats));
-	}
-	for (size_t f = 0; f < 2 * (size_t)N; f++)
-		starpu_variable_data_register(&opt->nonfinite_h[f], STARPU_MAIN_RAM, (uintptr_t)&opt->nonfinite[f],
-					      sizeof *opt->nonfinite);
+	register_handles(opt);
 	*out = opt;
 	return 0;
 no_memory:
