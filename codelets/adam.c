@@ -200,3 +200,10 @@ int _dos_adam_step_data_end(const struct starpu_task *task)
 	STARPU_ASSERT(task && task->cl == &_dos_adam_codelet && task->cl_arg);
 	return flag_buffer(task->cl_arg);
 }
+
+int _dos_adam_flag_buffer(const struct starpu_task *task)
+{
+	STARPU_ASSERT(task && task->cl == &_dos_adam_codelet && task->cl_arg);
+	const struct adam_args *a = task->cl_arg;
+	return a->has_flag ? flag_buffer(a) : -1;
+}

@@ -15,7 +15,7 @@ extern struct starpu_codelet _dos_grad_scale_codelet;
  * step data (the gradient, read, and the 16-bit weights, written when the task makes
  * them) is made for one update and dropped after it. A non-finite flag, when the task
  * reports one (dos_adam_task_report_nonfinite), comes after the step data: the host
- * reads it, no policy moves it. */
+ * reads it one step later, so a policy sends it home once the update has written it. */
 enum _dos_adam_buffer {
 	DOS_ADAM_BUF_MASTER = 0,
 	DOS_ADAM_BUF_M = 1,
@@ -35,5 +35,7 @@ int _dos_adam_task_info(const struct starpu_task *task, uint64_t *step, enum dos
 /* The end of dos_adam task `task`'s step data: its buffers [DOS_ADAM_BUF_GRAD, end) are
  * the gradient and, when it writes them, the 16-bit weights. */
 int _dos_adam_step_data_end(const struct starpu_task *task);
+/* The buffer of dos_adam task `task`'s non-finite flag, or -1 when it reports none. */
+int _dos_adam_flag_buffer(const struct starpu_task *task);
 
 #endif /* DOS_CODELETS_H */

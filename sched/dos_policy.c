@@ -957,7 +957,7 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	task->sched_data = NULL;
 	int on_cuda = starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER;
 	struct policy *p = policy_of(sched_ctx);
-	if (place != DOS_PLACE_CPU && place != DOS_PLACE_CPU_THEN_RESIDENT && on_cuda)
+	if (place != DOS_PLACE_CPU && place != DOS_PLACE_CPU_THEN_RESIDENT && on_cuda) {
 		/* The gradient and the 16-bit weights are done with on the GPU (each is written
 		 * home or dropped when its home is the host): their copies must not crowd out
 		 * resident state. Staged state is written back now, and its GPU copy is the
@@ -965,6 +965,13 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		for (int b = place == DOS_PLACE_GPU_TRANSIENT ? DOS_ADAM_BUF_MASTER : DOS_ADAM_BUF_GRAD;
 		     b < _dos_adam_step_data_end(task); b++)
 			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
+		/* The host reads the non-finite flag one step later: written home while the link
+		 * idles, it is there when asked, instead of each read waiting for a transfer on
+		 * the submitting thread. */
+		int flag = _dos_adam_flag_buffer(task);
+		if (flag >= 0)
+			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, flag));
+	}
 	double now = starpu_timing_now() * 1e-6;
 	lock_plan(p);
 	if (p->gpu_node >= 0) /* the span of its gradient's and 16-bit weights' GPU copies */
