@@ -194,12 +194,15 @@ build_runtime() {
 if [ "\$1" = -xptx ] && [ -f "\$2" ]; then exec python3 '$prefix/libexec/ptx_fixup.py' "\$2"; fi
 EOF
 	cat >"$prefix/cuda/bin/ptxas" <<EOF
-#!/bin/bash
+#!/bin/sh
 # CUDA 13's ptxas, which the simulator asks for register counts; its -v report loses the
-# lines the simulator's parser does not know (", used N barriers", "Compile time").
-'$cuda_home/bin/ptxas' "\$@" 2> >(sed -E 's/, used [0-9]+ barriers//; /Compile time/d' >&2)
+# lines the simulator's parser does not know (", used N barriers", "Compile time"), and
+# is complete when this exits (the simulator reads it then).
+report=\$(mktemp)
+'$cuda_home/bin/ptxas' "\$@" 2>"\$report"
 rc=\$?
-wait
+sed -E 's/, used [0-9]+ barriers//; /Compile time/d' "\$report" >&2
+rm -f "\$report"
 exit \$rc
 EOF
 	cat >"$prefix/bin/ldd" <<'EOF'
