@@ -1,14 +1,15 @@
 /* The subgroup codelets run by StarPU's CUDA driver, placed by the dos policy, give the
- * bits the CPU worker gives. A few optimizer steps over subgroups of odd sizes (per step
+ * bits the CPU workers give. A few optimizer steps over subgroups of odd sizes (per step
  * and subgroup: gradient statistics, Adam update, cast to 16 bits, gradient scale) run
  * twice: every task restricted to the CPU workers (under the all-cpu policy), then as the
- * dos policy places them (its step plan for the updates, earliest finish for the rest; the statistics, cast and
- * scale of every other subgroup are restricted to CUDA workers, so that each codelet runs
- * there whatever the estimates say). Both runs must equal the scalar kernels bit for bit,
- * and every update must have run where the plan put it. The test prints how many tasks of
- * each codelet ran on the CUDA worker. DOS_TEST_GPU_UPDATES=N fails it when fewer than N
- * updates ran there (the GPU simulator's lane asks for one: tests/gpusim_lane.sh).
- * Exits 77 (skipped) without a CUDA worker. */
+ * dos policy places them (its step plan for the updates, earliest finish for the rest;
+ * the statistics, cast and scale of every other subgroup are restricted to CUDA workers,
+ * so that each codelet runs there whatever the estimates say). Both runs must equal the
+ * scalar kernels bit for bit, and every update must have run where the plan put it. The
+ * test prints how many tasks of each codelet ran on the CUDA worker.
+ * DOS_TEST_GPU_UPDATES=N fails it when fewer than N updates ran there (the GPU
+ * simulator's lane asks for one: tests/gpusim_lane.sh). Exits 77 (skipped) without a CUDA
+ * worker. */
 #include <errno.h>
 
 #include "kernels.h"
@@ -16,7 +17,8 @@
 
 #define NSUB 6
 #define NSTEPS 3
-static const size_t sub_sizes[NSUB] = {1, 17, 1003, 4099, 8195, 12289};
+#define MAX_SIZE 12289
+static const size_t sub_sizes[NSUB] = {1, 17, 1003, 4099, 8195, MAX_SIZE};
 static const enum dos_dtype grad_dtypes[NSUB] = {DOS_FP16, DOS_BF16, DOS_FP32, DOS_FP16, DOS_BF16, DOS_FP32};
 
 enum codelet { STATS, ADAM, CAST, SCALE, NCODELETS };
@@ -25,8 +27,8 @@ static const char *const codelet_names[NCODELETS] = {"dos_grad_stats", "dos_adam
 struct subgroup {
 	size_t n;
 	enum dos_dtype gt, wt;
-	float p[12289], m[12289], v[12289];
-	uint16_t g[2 * 12289], w[12289], w_cast[12289];
+	float p[MAX_SIZE], m[MAX_SIZE], v[MAX_SIZE];
+	uint16_t g[2 * MAX_SIZE], w[MAX_SIZE], w_cast[MAX_SIZE]; /* g: up to fp32 */
 	struct dos_grad_stats stats;
 	uint32_t nonfinite;
 	starpu_data_handle_t hp, hm, hv, hg, hw, hw_cast, hstats, hflag;
