@@ -20,6 +20,7 @@
 #include "dos.h"
 #include "kernels.h"
 #include "numerics.h"
+#include "parse.h"
 
 /* Bytes one update moves per parameter, counted the same way in every benchmark: read p, m,
  * v (12) and the fp16 gradient (2), write p, m, v (12) and the bf16 working weight (2). */
@@ -84,11 +85,12 @@ static void parse_sizes(const char *text, struct options *o)
 	o->nsizes = 0;
 	for (const char *item = text;; item++) {
 		size_t len = strcspn(item, ",");
-		char *end;
-		errno = 0;
-		double x = strtod(item, &end);
+		char one[64];
+		double x = 0;
+		snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one - 1 ? len : sizeof one - 1), item);
 		/* The codelets count elements in 32 bits. */
-		if (len == 0 || end != item + len || errno || !(x >= 1 && x <= UINT32_MAX) || x != floor(x))
+		if (len == 0 || len >= sizeof one || _dos_parse_double(one, &x) != 0 || !(x >= 1 && x <= UINT32_MAX) ||
+		    x != floor(x))
 			usage_error("--sizes %s: '%.*s' is not a whole number in [1, %u]", text, (int)len, item,
 				    UINT32_MAX);
 		if (o->nsizes == MAX_SIZES)
@@ -102,10 +104,8 @@ static void parse_sizes(const char *text, struct options *o)
 
 static int parse_reps(const char *text)
 {
-	char *end;
-	errno = 0;
-	long reps = strtol(text, &end, 10);
-	if (end == text || *end || errno || reps < 3 || reps > MAX_REPS)
+	uint64_t reps;
+	if (_dos_parse_u64(text, 3, MAX_REPS, &reps) != 0)
 		usage_error("--reps %s: expected a whole number in [3, %d] (medians need at least 3)", text, MAX_REPS);
 	return (int)reps;
 }

@@ -5,8 +5,8 @@
 #               tests/fuzz/fuzz_checkpoint.c with graph/checkpoint.c, integration/errors.c
 #               and codelets/dtype.c; seeds: valid checkpoints;
 #   options     dos-train's option parser (dos_train_parse_options, tools/train_options.c):
-#               tests/fuzz/fuzz_options.c with tools/train_options.c, graph/model.c and
-#               integration/errors.c; seeds: the command lines of tests/test_train.sh.
+#               tests/fuzz/fuzz_options.c with tools/train_options.c, graph/model.c,
+#               integration/parse.c and integration/errors.c; seeds: the command lines of tests/test_train.sh.
 # Plain C, no libstarpu: StarPU only for its headers (include/dos.h includes starpu.h).
 # One summary line per target:
 #   fuzz: checkpoint reader: N runs in S s, coverage C, crashes K
@@ -113,7 +113,7 @@ prepare_options() {
 	"$cc" "${sanitize[@]}" -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 		-Wno-unused-parameter -Werror "${includes[@]}" \
 		"$top/tests/fuzz/fuzz_options.c" "$top/tools/train_options.c" "$top/graph/model.c" \
-		"$top/integration/errors.c" "$top/codelets/dtype.c" -lm -o "$bin.new"
+		"$top/integration/parse.c" "$top/integration/errors.c" "$top/codelets/dtype.c" -lm -o "$bin.new"
 	mv "$bin.new" "$bin"
 
 	# Seeds: the command lines of tests/test_train.sh (runs and refusals) and a few more

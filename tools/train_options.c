@@ -1,5 +1,4 @@
 /* dos-train's command line (train_options.h). */
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -8,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "parse.h"
 #include "train_options.h"
 
 /* The published shapes (hidden / FFN / layers / heads, sequence 2048, GPT-NeoX vocabulary)
@@ -84,33 +84,20 @@ static void usage(FILE *f)
 
 static int parse_u64(FILE *err, const char *option, const char *text, uint64_t min, uint64_t max, uint64_t *out)
 {
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(text, &end, 0);
-	/* strtoull skips leading white space and then wraps a '-' around: " -1" would be
-	 * 2^64 - 1 (accepted by --seed and --subgroup-size) */
-	const char *first = text;
-	while (isspace((unsigned char)*first))
-		first++;
-	if (errno || end == text || *end || *first == '-' || v < min || v > max) {
-		fprintf(err, "dos-train: --%s = '%s': expected an integer in [%llu, %llu]\n", option, text,
-			(unsigned long long)min, (unsigned long long)max);
+	if (_dos_parse_u64(text, min, max, out) != 0) {
+		fprintf(err, "dos-train: --%s = '%s': expected a whole number in base 10 in [%llu, %llu]\n", option,
+			text, (unsigned long long)min, (unsigned long long)max);
 		return -EINVAL;
 	}
-	*out = v;
 	return 0;
 }
 
 static int parse_double(FILE *err, const char *option, const char *text, double *out)
 {
-	char *end;
-	errno = 0;
-	double v = strtod(text, &end);
-	if (errno || end == text || *end || !isfinite(v)) {
-		fprintf(err, "dos-train: --%s = '%s': expected a finite number\n", option, text);
+	if (_dos_parse_double(text, out) != 0) {
+		fprintf(err, "dos-train: --%s = '%s': expected a finite decimal number\n", option, text);
 		return -EINVAL;
 	}
-	*out = v;
 	return 0;
 }
 
