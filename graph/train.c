@@ -135,7 +135,7 @@ static void declare_gpu_memory(const struct dos_train_config *cfg, const struct 
 /* The checkpoint's description of this run after `steps_done` steps. */
 static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config *cfg, const struct dos_model *model,
 						  const struct dos_optimizer *opt, const struct dos_corpus *corpus,
-						  uint64_t steps_done)
+						  const struct dos_checkpoint_folder *folder, uint64_t steps_done)
 {
 	return (struct dos_checkpoint_meta){.nparams = model->nparams,
 					    .subgroup_size = opt->cfg.subgroup_size,
@@ -150,7 +150,8 @@ static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config 
 					    .good_steps = opt->good_steps,
 					    .seed = cfg->seed,
 					    .data_rng = corpus->rng,
-					    .hp = opt->cfg.hp};
+					    .hp = opt->cfg.hp,
+					    .run = folder->run};
 }
 
 /* An error naming the step, the first subgroup and the arrays that the step's update left
@@ -185,7 +186,8 @@ static int check_update_finite(struct dos_optimizer *opt, const struct dos_step_
  * (or one failed: then every rank fails), rank 0 writes the manifest. The checkpoint
  * directory must be shared by the ranks (a parallel file system on a cluster). */
 static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model, struct dos_optimizer *opt,
-			   const struct dos_corpus *corpus, const struct dos_step_report *report, uint64_t steps_done)
+			   const struct dos_corpus *corpus, const struct dos_checkpoint_folder *folder,
+			   const struct dos_step_report *report, uint64_t steps_done)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	int ranks = dos_dp_size(dp);
@@ -197,16 +199,23 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 		my_shard += r < dp->rank && end > first;
 		shards += end > first;
 	}
+	/* the folder is still this run's alone (rank 0 looks for the job) */
+	int err = dp->rank == 0 ? dos_checkpoint_folder_check(folder) : 0;
+	if (ranks > 1 && dos_dp_sum(err != 0) > 0)
+		return err ? err
+			   : DOS_FAIL(-EEXIST, "checkpoint after step %llu: rank 0 found another run's checkpoints",
+				      (unsigned long long)steps_done);
+	if (err)
+		return err;
 	dos_optimizer_hold_state(opt, STARPU_R);
-	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, steps_done);
-	int err = check_update_finite(opt, report, steps_done);
+	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, folder, steps_done);
+	err = check_update_finite(opt, report, steps_done);
 	if (!err && shards == 1 && opt->state_len > 0)
-		err = dos_checkpoint_save(cfg->checkpoint_dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
+		err = dos_checkpoint_save(folder->dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
 	else if (!err && opt->state_len > 0) {
 		meta.state_begin = opt->state_begin;
 		meta.state_len = opt->state_len;
-		err = dos_checkpoint_save_shard(cfg->checkpoint_dir, &meta, my_shard, shards, opt->master, opt->m,
-						opt->v);
+		err = dos_checkpoint_save_shard(folder->dir, &meta, my_shard, shards, opt->master, opt->m, opt->v);
 	}
 	dos_optimizer_release_state(opt);
 	if (ranks == 1)
@@ -217,7 +226,7 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 				      (unsigned long long)steps_done);
 	if (dp->rank == 0 && shards > 1) {
 		meta.state_begin = meta.state_len = 0;
-		err = dos_checkpoint_save_manifest(cfg->checkpoint_dir, &meta, shards, 2, NULL, 0);
+		err = dos_checkpoint_save_manifest(folder->dir, &meta, shards, 2, NULL, 0);
 	}
 	if (dos_dp_sum(err != 0) > 0)
 		return err ? err
@@ -226,26 +235,82 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 	return 0;
 }
 
-/* Before any task runs (every handle's only copy is its home): the latest checkpoint's
- * state, the step counters and the batch order; the caller then has tasks make the working
- * weights what the weight refresh makes of those master weights (once every rank has
- * loaded: the rebuild sends each rank's weights to the others). */
-static int resume_from_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model,
-				  struct dos_optimizer *opt, struct dos_corpus *corpus, uint64_t *steps_done)
+/* What a run told to start afresh in a folder holding checkpoints, or to resume in one
+ * holding another run's too, can do. */
+#define FOLDER_ADVICE                                                                                              \
+	"continue the run of the latest one with --resume, or give another --checkpoint-dir (or move those files " \
+	"away)"
+
+/* Every rank's error into the job's: nonzero when any rank failed. */
+static int job_failed(void *arg, int err)
 {
-	char path[4096];
-	int err = dos_checkpoint_latest(cfg->checkpoint_dir, path, sizeof path);
-	if (err)
-		return err == -ENOENT ? DOS_FAIL(-ENOENT, "--resume: no checkpoint in %s", cfg->checkpoint_dir) : err;
-	struct dos_checkpoint_meta expect = checkpoint_meta(cfg, model, opt, corpus, 0), got;
+	(void)arg;
+	return dos_dp_sum(err != 0) > 0;
+}
+
+/* Takes the checkpoint folder for the run, before anything is loaded: rank 0 locks it for
+ * the job; a fresh run draws its identity (rank 0, for every rank) and claims the
+ * folder, which must hold no checkpoint (a resumed run claims it when it loads). */
+static int take_checkpoint_folder(const struct dos_train_config *cfg, struct dos_checkpoint_folder *folder)
+{
+	const struct dos_data_parallel *dp = &cfg->dp;
+	int err = dos_checkpoint_folder_take(folder, cfg->checkpoint_dir, dp->rank == 0);
+	if (job_failed(NULL, err))
+		return err ? err
+			   : DOS_FAIL(-EIO, "another rank cannot use the checkpoint folder %s", cfg->checkpoint_dir);
+	if (cfg->resume)
+		return 0;
+	struct dos_run_id run = {{0}};
+	if (dp->rank == 0)
+		err = dos_run_id_new(&run);
+	if (dos_dp_size(dp) > 1) /* rank 0's identity to every rank, 24 bits at a time: exact in a double */
+		for (size_t i = 0; i < sizeof run.bytes; i += 3) {
+			uint32_t part = 0;
+			for (size_t k = 0; k < 3 && i + k < sizeof run.bytes; k++)
+				part |= (uint32_t)run.bytes[i + k] << (8 * k);
+			part = (uint32_t)dos_dp_sum(dp->rank == 0 ? (double)part : 0.0);
+			for (size_t k = 0; k < 3 && i + k < sizeof run.bytes; k++)
+				run.bytes[i + k] = (unsigned char)(part >> (8 * k));
+		}
+	if (!err)
+		err = dos_checkpoint_folder_claim(folder, &run, 1, FOLDER_ADVICE);
+	if (job_failed(NULL, err))
+		return err ? err
+			   : DOS_FAIL(-EEXIST, "another rank refused the checkpoint folder %s", cfg->checkpoint_dir);
+	return 0;
+}
+
+/* Before any task runs (every handle's only copy is its home): the newest checkpoint's
+ * state that loads, the step counters and the batch order; the caller then has tasks make
+ * the working weights what the weight refresh makes of those master weights (once every
+ * rank has loaded: the rebuild sends each rank's weights to the others). */
+static int resume_from_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model,
+				  struct dos_optimizer *opt, struct dos_corpus *corpus,
+				  struct dos_checkpoint_folder *folder, uint64_t *steps_done, char *path,
+				  size_t path_size)
+{
+	struct dos_checkpoint_meta expect = checkpoint_meta(cfg, model, opt, corpus, folder, 0), got;
+	struct dos_checkpoint_search search = {.agree = dos_dp_size(&cfg->dp) > 1 ? job_failed : NULL,
+					       .skipped = cfg->checkpoint_skipped,
+					       .arg = cfg->checkpoint_skipped_arg};
+	if (cfg->dp.rank != 0) /* rank 0 reports for the job */
+		search.skipped = NULL;
 	/* A rank of a data-parallel job reads its own part of the state (a rank that keeps
 	 * none, only the counters); the weight rebuild sends each rank's to the others. Either
 	 * kind of checkpoint, of any number of shards, serves any number of ranks. */
+	int err;
 	if (opt->state_len)
-		err = dos_checkpoint_load_range(path, &expect, opt->state_begin, opt->state_len, &got, opt->master,
-						opt->m, opt->v);
+		err = dos_checkpoint_folder_resume(folder, &expect, opt->state_begin, opt->state_len, &got, opt->master,
+						   opt->m, opt->v, &search, FOLDER_ADVICE, path, path_size);
 	else
-		err = dos_checkpoint_load_range(path, &expect, 0, 1, &got, NULL, NULL, NULL);
+		err = dos_checkpoint_folder_resume(folder, &expect, 0, 1, &got, NULL, NULL, NULL, &search,
+						   FOLDER_ADVICE, path, path_size);
+	if (err == -ENOENT) {
+		char why[512];
+		snprintf(why, sizeof why, "%s", dos_last_error());
+		const char *colon = strstr(why, ": ");
+		return DOS_FAIL(-ENOENT, "--resume: %s", colon ? colon + 2 : why);
+	}
 	if (err)
 		return err;
 	opt->step = got.step;
@@ -327,13 +392,10 @@ static int finish_step(const struct dos_train_config *cfg, struct dos_optimizer 
 	return 0;
 }
 
-int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out)
+/* The run of a checked configuration, its checkpoint folder taken. */
+static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folder *folder, struct dos_train_output *out)
 {
 	int err;
-	if (!cfg)
-		return DOS_FAIL(-EINVAL, "cfg is NULL");
-	if ((err = check_config(cfg)))
-		return err;
 	uint64_t params = dos_model_param_count(&cfg->shape, NULL);
 	/* the global batch: micro-batches [first_mb, first_mb + accumulation) are this rank's */
 	const struct dos_data_parallel *dp = &cfg->dp;
@@ -418,7 +480,8 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	declare_gpu_memory(cfg, &model);
 	uint64_t first_step = 0;
 	if (cfg->resume && DOS_VALUES_ARE_REAL)
-		err = resume_from_checkpoint(cfg, &model, &opt, &corpus, &first_step);
+		err = resume_from_checkpoint(cfg, &model, &opt, &corpus, folder, &first_step,
+					     out ? out->resumed_path : NULL, out ? sizeof out->resumed_path : 0);
 	if (dos_dp_sum(err != 0) > 0 && !err) /* every rank resumes, or none */
 		err = DOS_FAIL(-EIO, "--resume: another rank could not load its part of the checkpoint");
 	if (!err && first_step > 0)
@@ -493,7 +556,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		have_pending = 1;
 		if (cfg->checkpoint_dir && DOS_VALUES_ARE_REAL &&
 		    (k + 1 == cfg->steps || (cfg->checkpoint_every && (k + 1) % cfg->checkpoint_every == 0)) &&
-		    (err = save_checkpoint(cfg, &model, &opt, &corpus, &p->report, k + 1)))
+		    (err = save_checkpoint(cfg, &model, &opt, &corpus, folder, &p->report, k + 1)))
 			break;
 		if (k + 1 == cfg->steps && (err = finish_step(cfg, &opt, p, start, out)))
 			break;
@@ -518,5 +581,20 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 	dos_optimizer_destroy(&opt);
 	dos_model_destroy(&model);
 	dos_corpus_free(&corpus);
+	return err;
+}
+
+int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out)
+{
+	int err;
+	if (!cfg)
+		return DOS_FAIL(-EINVAL, "cfg is NULL");
+	if ((err = check_config(cfg)))
+		return err;
+	struct dos_checkpoint_folder folder = DOS_CHECKPOINT_FOLDER_INIT;
+	if (cfg->checkpoint_dir && DOS_VALUES_ARE_REAL && (err = take_checkpoint_folder(cfg, &folder)))
+		return err;
+	err = train(cfg, &folder, out);
+	dos_checkpoint_folder_release(&folder);
 	return err;
 }
