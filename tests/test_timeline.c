@@ -1,7 +1,8 @@
 /* The timeline recorder on CPU workers: every watched task gets one bar with a tooltip, a
  * callback the task already had still runs (after recording) and is given back, each worker
- * has a labelled row, names are escaped, a reset forgets everything, and bad arguments
- * are refused. Set TEST_TIMELINE_KEEP=FILE.svg to keep the picture. */
+ * has a labelled row, names are escaped, a reset forgets everything, bad arguments are
+ * refused, and the phase rows show updates running while backward runs. Set
+ * TEST_TIMELINE_KEEP=FILE.svg to keep the picture. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -18,12 +19,11 @@ static struct dos_timeline *timeline;
 static atomic_int own_callback_calls;
 static atomic_size_t events_seen_by_callback;
 
-/* Spins ~200 us so that bars have a visible width. */
+/* Spins ~200 us (or cl_arg's microseconds) so that bars have a visible width. */
 static void spin_cpu(void *buffers[], void *cl_arg)
 {
 	(void)buffers;
-	(void)cl_arg;
-	double until = starpu_timing_now() + 200.0;
+	double until = starpu_timing_now() + (cl_arg ? *(double *)cl_arg : 200.0);
 	while (starpu_timing_now() < until)
 		;
 }
@@ -244,6 +244,43 @@ int main(void)
 	      count(svg, "<title>"), nworkers);
 	check_well_formed(path);
 	free(svg);
+
+	/* Phases: a backward task of 20 ms beside two updates of 2 ms, and one update after it:
+	 * part of the updates' time overlaps backward (about two thirds on an idle machine),
+	 * drawn on its own row */
+	dos_timeline_reset(timeline);
+	static double long_us = 20000, short_us = 2000;
+	struct starpu_task *bwd = spin_task();
+	bwd->name = "dos_linear_bwd_data";
+	bwd->cl_arg = &long_us;
+	submit_watched(bwd);
+	for (int i = 0; i < 2; i++) {
+		struct starpu_task *adam = spin_task();
+		adam->name = "dos_adam";
+		adam->cl_arg = &short_us;
+		submit_watched(adam);
+	}
+	starpu_task_wait_for_all();
+	struct starpu_task *late = spin_task();
+	late->name = "dos_adam";
+	late->cl_arg = &short_us;
+	submit_watched(late);
+	starpu_task_wait_for_all();
+	CHECK(dos_timeline_write_svg(timeline, path, "phases") == 0, "write_svg of the phases");
+	svg = slurp(path);
+	const char *ran = strstr(svg, "optimizer updates: 3 tasks over ");
+	double busy_ms = 0, during = -1;
+	CHECK(ran && sscanf(ran, "optimizer updates: 3 tasks over %lf ms, %lf%% of that while backward still ran",
+			    &busy_ms, &during) == 2,
+	      "no phase summary: %.200s", ran ? ran : "(none)");
+	CHECK(during > 0 && during < 100 && busy_ms >= 6,
+	      "updates over %g ms, %g%% during backward: expected at least 6 ms, part of it (not the last update) "
+	      "during backward",
+	      busy_ms, during);
+	CHECK(strstr(svg, ">updates</text>") && strstr(svg, ">backward</text>"), "no phase rows");
+	check_well_formed(path);
+	free(svg);
+	dos_timeline_reset(timeline);
 
 	struct starpu_task *odd = spin_task();
 	odd->name = "odd <name> & 'quotes' \x01";
