@@ -1673,7 +1673,10 @@ static int lock_folder(struct dos_checkpoint_folder *f)
 			holder[n > 0 ? n : 0] = 0;
 			holder[strcspn(holder, "\n")] = 0;
 			long pid = 0;
-			int ours = sscanf(holder, "pid %ld", &pid) == 1 && pid == (long)getpid();
+			char on[256] = "";
+			gethostname(host, sizeof host - 1);
+			int ours = sscanf(holder, "pid %ld on %255s", &pid, on) == 2 && pid == (long)getpid() &&
+				   !strcmp(on, host);
 			close(fd);
 			return _dos_fail(
 				-EBUSY, "dos_checkpoint_folder_take",
