@@ -2,7 +2,8 @@
 # Bounded libFuzzer runs under ASan and UBSan, one after the other, each given about half
 # of SECONDS:
 #   checkpoint  the checkpoint reader (dos_checkpoint_load, graph/checkpoint.c):
-#               tests/fuzz/fuzz_checkpoint.c with graph/checkpoint.c, integration/errors.c
+#               tests/fuzz/fuzz_checkpoint.c with graph/checkpoint.c, integration/files.c,
+#               integration/errors.c
 #               and codelets/dtype.c; seeds: valid checkpoints;
 #   options     dos-train's option parser (dos_train_parse_options, tools/train_options.c):
 #               tests/fuzz/fuzz_options.c with tools/train_options.c, graph/model.c,
@@ -76,7 +77,8 @@ prepare_checkpoint() {
 	local bin=$dir/fuzz_checkpoint work=$dir/checkpoint
 	echo "fuzz: building $bin" >&2
 	"$cc" "${sanitize[@]}" -Wall -Wextra -Werror "${includes[@]}" \
-		"$top/tests/fuzz/fuzz_checkpoint.c" "$top/graph/checkpoint.c" "$top/integration/errors.c" \
+		"$top/tests/fuzz/fuzz_checkpoint.c" "$top/graph/checkpoint.c" "$top/integration/files.c" \
+		"$top/integration/errors.c" \
 		"$top/codelets/dtype.c" -lpthread -o "$bin.new"
 	mv "$bin.new" "$bin"
 
@@ -94,10 +96,11 @@ prepare_checkpoint() {
 	# Tokens of the format (libFuzzer's dictionary syntax).
 	cat >"$work/fuzz.dict" <<'EOF'
 magic="DOSCKPT\x00"
-version="\x01\x00\x00\x00"
+version="\x03\x00\x00\x00"
+version_2="\x02\x00\x00\x00"
 marker="\x04\x03\x02\x01"
 marker_swapped="\x01\x02\x03\x04"
-header_len="\xac\x00\x00\x00"
+header_len="\xbc\x00\x00\x00"
 tag_master="master\x00\x00"
 tag_m="adam_m\x00\x00"
 tag_v="adam_v\x00\x00"

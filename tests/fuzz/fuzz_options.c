@@ -394,6 +394,10 @@ void dos_host_free(void *ptr, size_t bytes, int pinned)
 {
 	stand_in(__func__);
 }
+void _dos_model_codelets_prepare(void)
+{
+	stand_in(__func__);
+}
 struct starpu_codelet _dos_embed_fwd_codelet, _dos_embed_bwd_codelet, _dos_rmsnorm_fwd_codelet,
 	_dos_rmsnorm_bwd_codelet, _dos_linear_fwd_codelet, _dos_linear_bwd_data_codelet, _dos_linear_bwd_weight_codelet,
 	_dos_attention_fwd_codelet, _dos_attention_bwd_codelet, _dos_gelu_fwd_codelet, _dos_gelu_bwd_codelet,
