@@ -4,6 +4,7 @@
  * for a few hundred steps; see --help. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -65,8 +66,10 @@ static const char *shipped_path(const char *rel, const char *installed, char *bu
 	if (slash) {
 		*slash = 0; /* the program's folder */
 		data_dir_from_bin_dir(rel_data, sizeof rel_data);
-		if ((size_t)snprintf(buf, size, "%s/%s/%s", exe, rel_data, installed) < size && access(buf, R_OK) == 0)
-			return buf;
+		char found[PATH_MAX];
+		if ((size_t)snprintf(buf, size, "%s/%s/%s", exe, rel_data, installed) < size &&
+		    access(buf, R_OK) == 0 && realpath(buf, found) && strlen(found) < size) /* without the "/./../" */
+			return strcpy(buf, found);
 	}
 	const char *srcdir = getenv("DOS_SOURCE_DIR");
 	if (srcdir && *srcdir) {
