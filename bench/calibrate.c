@@ -11,6 +11,7 @@
 #include "bench.h"
 #include "codelets.h"
 #include "dos.h"
+#include "errors.h"
 #include "parse.h"
 
 #define MIN_SIZE 10000.0
@@ -127,7 +128,9 @@ int bench_calibrate(int argc, char **argv)
 	conf.calibrate = 1;
 	int ret = starpu_init(&conf);
 	if (ret != 0) {
-		fprintf(stderr, "dos-bench calibrate: starpu_init failed (%d)\n", ret);
+		char why[900];
+		fprintf(stderr, "dos-bench calibrate: %s\n",
+			_dos_starpu_init_explained(ret, "starpu_init", why, sizeof why));
 		return 1;
 	}
 	uint32_t kinds[2] = {STARPU_CPU, STARPU_CUDA};

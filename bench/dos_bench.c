@@ -18,6 +18,7 @@
 
 #include "bench.h"
 #include "dos.h"
+#include "errors.h"
 #include "kernels.h"
 #include "numerics.h"
 #include "parse.h"
@@ -544,8 +545,9 @@ static void start_starpu(int ncpus)
 	conf.calibrate = 0;
 	conf.bus_calibrate = 0;
 	int err = starpu_init(&conf);
+	char why[900];
 	if (err)
-		die("starpu_init with %d CPU workers: %s", ncpus, strerror(-err));
+		die("%d CPU workers: %s", ncpus, _dos_starpu_init_explained(err, "starpu_init", why, sizeof why));
 	if (starpu_cpu_worker_get_count() != (unsigned)ncpus)
 		die("starpu_init gave %u CPU workers, asked for %d (StarPU built with a smaller --enable-maxcpus?)",
 		    starpu_cpu_worker_get_count(), ncpus);

@@ -70,7 +70,7 @@ const char *dos_last_error(void)
 	return last_error;
 }
 
-int _dos_starpu_init_failed(int code, const char *function, const char *call)
+const char *_dos_starpu_init_explained(int code, const char *call, char *buf, size_t size)
 {
 	/* the settings that decide which workers StarPU starts */
 	static const char *const settings[] = {"STARPU_NCPU",           "STARPU_NCPUS",        "STARPU_NCUDA",
@@ -87,10 +87,18 @@ int _dos_starpu_init_failed(int code, const char *function, const char *call)
 	snprintf(env, sizeof env, *set ? "the environment sets %s" : "no STARPU_NCPU, STARPU_NCUDA or similar is set",
 		 set);
 	if (code == -ENODEV)
-		return _dos_fail(code, function,
-				 "%s failed (%d, %s): StarPU found no worker to run tasks on (no CPU worker, no GPU); "
-				 "%s: give it at least one CPU worker (STARPU_NCPU >= 1, or unset it)",
-				 call, code, strerror(-code), env);
-	return _dos_fail(code, function, "%s failed (%d, %s); StarPU's own message, if any, is above; %s", call, code,
+		snprintf(buf, size,
+			 "%s failed (%d, %s): StarPU found no worker to run tasks on (no CPU worker, no GPU); %s: give "
+			 "it at least one CPU worker (STARPU_NCPU >= 1, or unset it)",
+			 call, code, strerror(-code), env);
+	else
+		snprintf(buf, size, "%s failed (%d, %s); StarPU's own message, if any, is above; %s", call, code,
 			 code < 0 ? strerror(-code) : "?", env);
+	return buf;
+}
+
+int _dos_starpu_init_failed(int code, const char *function, const char *call)
+{
+	char text[900];
+	return _dos_fail(code, function, "%s", _dos_starpu_init_explained(code, call, text, sizeof text));
 }

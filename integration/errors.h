@@ -3,6 +3,8 @@
 #ifndef DOS_ERRORS_H
 #define DOS_ERRORS_H
 
+#include <stddef.h>
+
 /* Records "function: message" as this thread's last error, prints it on stderr, and
  * returns `code` (a negative errno value), so callers write `return _dos_fail(...)`. */
 int _dos_fail(int code, const char *function, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -27,6 +29,8 @@ void _dos_release_errors(struct dos_error_hold *hold);
  * environment's StarPU settings decide the workers (-ENODEV: no worker at all, as with
  * STARPU_NCPU=0 on a machine without GPU). Returns code. */
 int _dos_starpu_init_failed(int code, const char *function, const char *call);
+/* The same words into buf (size bytes), returned, for a program that reports them itself. */
+const char *_dos_starpu_init_explained(int code, const char *call, char *buf, size_t size);
 #define DOS_STARPU_INIT_FAILED(code, call) _dos_starpu_init_failed((code), __func__, (call))
 
 /* A warning on stderr ("starpu-dos: warning: ..."), unless DOS_QUIET=1 or errors are held:

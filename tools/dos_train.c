@@ -615,9 +615,9 @@ static int start_starpu(struct train_options *o, int *argc, char ***argv, struct
 	}
 	err = launched ? dos_dp_init(argc, argv, &conf, &cfg->dp, binding) : starpu_init(&conf);
 	if (err) {
-		if (!launched)
-			DOS_STARPU_INIT_FAILED(err, "starpu_init");
-		fprintf(stderr, "dos-train: %s\n", dos_last_error());
+		char why[900];
+		fprintf(stderr, "dos-train: %s\n",
+			launched ? dos_last_error() : _dos_starpu_init_explained(err, "starpu_init", why, sizeof why));
 		return 1;
 	}
 	struct starpu_sched_policy *policy = starpu_sched_get_sched_policy();
