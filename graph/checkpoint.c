@@ -1630,10 +1630,12 @@ int dos_checkpoint_newest_valid(const char *dir, const struct dos_checkpoint_sea
 
 #define LOCK_NAME ".starpu-dos.lock"
 
-/* Whether `name` is the temporary file of a save (save_atomically's ".<name>.tmp-<pid>"). */
+/* Whether `name` is the temporary file of a save (save_atomically's ".<name>.tmp-<pid>")
+ * or a probe of the folder (integration/files.c). */
 static int is_temporary(const char *name)
 {
-	return strncmp(name, ".checkpoint-", 12) == 0 && strstr(name, ".dos.tmp-");
+	return (strncmp(name, ".checkpoint-", 12) == 0 && strstr(name, ".dos.tmp-")) ||
+	       strncmp(name, ".dos-probe-", 11) == 0;
 }
 
 /* Removes the temporary files of saves that were killed: called with the folder's lock
