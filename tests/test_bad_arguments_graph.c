@@ -4,6 +4,7 @@
  * no task is submitted (the workers are paused, so a submitted task would still be
  * counted), and the training loop writes no checkpoint. */
 #include <dirent.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <unistd.h>
 
@@ -91,6 +92,11 @@ static void corpus(const char *corpus_path, const char *dir)
 	expect(dos_corpus_load(&c, path, 16, 1), -ENOENT, "cannot open the data file");
 	CHECK(strstr(dos_last_error(), path), "the message names the file: %s", dos_last_error());
 	expect(dos_corpus_load(&c, dir, 16, 1), -EISDIR, "is not a regular file but a directory");
+	/* a FIFO nobody writes into: refused at once, not waited on */
+	snprintf(path, sizeof path, "%s/fifo", dir);
+	CHECK(mkfifo(path, 0600) == 0, "mkfifo %s", path);
+	expect(dos_corpus_load(&c, path, 16, 1), -EINVAL, "is not a regular file but a FIFO");
+	unlink(path);
 	snprintf(path, sizeof path, "%s/short.txt", dir);
 	FILE *f = fopen(path, "w");
 	CHECK(f && fputs("0123456789", f) >= 0 && fclose(f) == 0, "write %s", path);
