@@ -44,14 +44,19 @@ rm "$work/other/checkpoint-9.shard-0-of-2.dos"
 echo "a fresh run refuses a folder with another run's checkpoints, naming them, and changes nothing"
 
 # ---- 2. one process at a time -------------------------------------------------------------
+# (the holder runs long enough for the second to start StarPU and reach the folder)
 # shellcheck disable=SC2086
-$train $tiny --steps 200 --checkpoint-dir "$work/busy" --checkpoint-every 1 --dump "$work/alone.bin" \
+$train $tiny --steps 800 --checkpoint-dir "$work/busy" --checkpoint-every 1 --dump "$work/alone.bin" \
 	>"$work/first.log" 2>&1 &
 first=$!
-for _ in $(seq 1 100); do # until it holds the folder
-	[ -f "$work/busy/checkpoint-1.dos" ] && break
-	sleep 0.1
-done
+# until it holds the folder and has saved (retention keeps only the two latest: any will do)
+until_saved() {
+	for _ in $(seq 1 200); do
+		ls "$1"/checkpoint-*.dos >/dev/null 2>&1 && return
+		sleep 0.05
+	done
+}
+until_saved "$work/busy"
 # shellcheck disable=SC2086
 if $train $tiny --steps 3 --checkpoint-dir "$work/busy" --resume >"$work/second.log" 2>&1; then
 	fail "a second process used a folder in use"
@@ -60,17 +65,16 @@ grep -qF "checkpoint folder $work/busy is in use by another process (pid $first 
 	fail "the second process was not told the holder: $(cat "$work/second.log")"
 wait $first || fail "the first process failed: $(cat "$work/first.log")"
 # shellcheck disable=SC2086
-$train $tiny --steps 200 --dump "$work/straight.bin" >"$work/log" 2>&1 || fail "straight run failed"
+$train $tiny --steps 800 --dump "$work/straight.bin" >"$work/log" 2>&1 || fail "straight run failed"
 cmp -s "$work/alone.bin" "$work/straight.bin" || fail "the first process's result differs from a run alone"
+# shellcheck disable=SC2086
+$train $tiny --steps 200 --dump "$work/straight.bin" >"$work/log" 2>&1 || fail "straight run failed"
 # a holder killed with SIGKILL: the kernel frees the folder, the next run resumes at once
 # shellcheck disable=SC2086
 $train $tiny --steps 200 --checkpoint-dir "$work/killed" --checkpoint-every 1 >/dev/null 2>&1 &
 pid=$!
-for _ in $(seq 1 100); do
-	[ -f "$work/killed/checkpoint-2.dos" ] && break
-	sleep 0.1
-done
-kill -9 $pid
+until_saved "$work/killed"
+kill -9 $pid || fail "the run to kill ended before it was killed"
 wait $pid 2>/dev/null
 # shellcheck disable=SC2086
 $train $tiny --steps 200 --checkpoint-dir "$work/killed" --resume --dump "$work/resumed.bin" >"$work/log" 2>&1 ||

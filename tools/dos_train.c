@@ -212,6 +212,8 @@ static int by_start(const void *a, const void *b)
 /* Updates that started while some backward task was running. */
 static size_t updates_during_backward(struct intervals *backward, struct intervals *updates)
 {
+	if (backward->n == 0) /* none recorded (a resumed run with nothing left to do): qsort wants an array */
+		return 0;
 	qsort(backward->at, backward->n, sizeof *backward->at, by_start);
 	for (size_t i = 1; i < backward->n; i++) /* end becomes the running maximum */
 		backward->at[i][1] = fmax(backward->at[i][1], backward->at[i - 1][1]);
