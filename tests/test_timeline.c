@@ -19,13 +19,38 @@ static struct dos_timeline *timeline;
 static atomic_int own_callback_calls;
 static atomic_size_t events_seen_by_callback;
 
+/* What a task of the phase check does beside spinning (cl_arg): a backward task runs
+ * until the updates beside it have ended, and those start once it runs, so that they
+ * overlap however the workers are scheduled (each wait gives up after 10 s). */
+struct spin {
+	double us;
+	enum { ALONE, BACKWARD, BESIDE_BACKWARD } role;
+};
+static atomic_int backward_running, updates_beside_done;
+
+static void wait_for(atomic_int *flag, int value)
+{
+	double give_up = starpu_timing_now() + 1e7;
+	while (atomic_load(flag) < value && starpu_timing_now() < give_up)
+		;
+}
+
 /* Spins ~200 us (or cl_arg's microseconds) so that bars have a visible width. */
 static void spin_cpu(void *buffers[], void *cl_arg)
 {
 	(void)buffers;
-	double until = starpu_timing_now() + (cl_arg ? *(double *)cl_arg : 200.0);
+	const struct spin *s = cl_arg;
+	if (s && s->role == BACKWARD)
+		atomic_store(&backward_running, 1);
+	if (s && s->role == BESIDE_BACKWARD)
+		wait_for(&backward_running, 1);
+	double until = starpu_timing_now() + (s ? s->us : 200.0);
 	while (starpu_timing_now() < until)
 		;
+	if (s && s->role == BESIDE_BACKWARD)
+		atomic_fetch_add(&updates_beside_done, 1);
+	if (s && s->role == BACKWARD)
+		wait_for(&updates_beside_done, 2);
 }
 
 /* A fixed cost rather than a calibrated model, so that a SimGrid build of StarPU (which
@@ -245,25 +270,25 @@ int main(void)
 	check_well_formed(path);
 	free(svg);
 
-	/* Phases: a backward task of 20 ms beside two updates of 2 ms, and one update after it:
-	 * part of the updates' time overlaps backward (about two thirds on an idle machine),
-	 * drawn on its own row */
+	/* Phases: a backward task running while two updates of 2 ms run beside it, and one
+	 * update after it: part of the updates' time (about two thirds) overlaps backward,
+	 * drawn on its own row (with two workers at least: four are asked for above) */
 	dos_timeline_reset(timeline);
-	static double long_us = 20000, short_us = 2000;
+	static struct spin backward = {1000, BACKWARD}, beside = {2000, BESIDE_BACKWARD}, after = {2000, ALONE};
 	struct starpu_task *bwd = spin_task();
 	bwd->name = "dos_linear_bwd_data";
-	bwd->cl_arg = &long_us;
+	bwd->cl_arg = &backward;
 	submit_watched(bwd);
 	for (int i = 0; i < 2; i++) {
 		struct starpu_task *adam = spin_task();
 		adam->name = "dos_adam";
-		adam->cl_arg = &short_us;
+		adam->cl_arg = &beside;
 		submit_watched(adam);
 	}
 	starpu_task_wait_for_all();
 	struct starpu_task *late = spin_task();
 	late->name = "dos_adam";
-	late->cl_arg = &short_us;
+	late->cl_arg = &after;
 	submit_watched(late);
 	starpu_task_wait_for_all();
 	CHECK(dos_timeline_write_svg(timeline, path, "phases") == 0, "write_svg of the phases");
