@@ -3,11 +3,11 @@
 # of SECONDS:
 #   checkpoint  the checkpoint reader (dos_checkpoint_load, graph/checkpoint.c):
 #               tests/fuzz/fuzz_checkpoint.c with graph/checkpoint.c, integration/files.c,
-#               integration/errors.c
+#               base/errors.c
 #               and codelets/dtype.c; seeds: valid checkpoints;
 #   options     dos-train's option parser (dos_train_parse_options, tools/train_options.c):
 #               tests/fuzz/fuzz_options.c with tools/train_options.c, graph/model.c,
-#               integration/parse.c and integration/errors.c; seeds: the command lines of tests/test_train.sh.
+#               integration/parse.c and base/errors.c; seeds: the command lines of tests/test_train.sh.
 # Plain C, no libstarpu: StarPU only for its headers (include/dos.h includes starpu.h).
 # One summary line per target:
 #   fuzz: checkpoint reader: N runs in S s, coverage C, crashes K
@@ -69,7 +69,7 @@ cmp -s "$dir/include/config.h.new" "$dir/include/config.h" 2>/dev/null || mv "$d
 rm -f "$dir/include/config.h.new"
 
 sanitize=(-g -O1 -fno-omit-frame-pointer "-fsanitize=fuzzer,address,undefined" -fno-sanitize-recover=all -std=gnu11)
-includes=(-I "$dir/include" -I "$top/include" -I "$top/integration" -I "$top/graph" -I "$top/codelets"
+includes=(-I "$dir/include" -I "$top/include" -I "$top/base" -I "$top/graph" -I "$top/codelets"
 	-I "$top/tests" -I "$top/tools" -I "$starpu_include")
 
 # ---- checkpoint: the binary, valid checkpoints as seeds, the format's tokens ------------
@@ -78,7 +78,7 @@ prepare_checkpoint() {
 	echo "fuzz: building $bin" >&2
 	"$cc" "${sanitize[@]}" -Wall -Wextra -Werror "${includes[@]}" \
 		"$top/tests/fuzz/fuzz_checkpoint.c" "$top/graph/checkpoint.c" "$top/integration/files.c" \
-		"$top/integration/errors.c" \
+		"$top/base/errors.c" \
 		"$top/codelets/dtype.c" -lpthread -o "$bin.new"
 	mv "$bin.new" "$bin"
 
@@ -116,7 +116,7 @@ prepare_options() {
 	"$cc" "${sanitize[@]}" -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 		-Wno-unused-parameter -Werror "${includes[@]}" \
 		"$top/tests/fuzz/fuzz_options.c" "$top/tools/train_options.c" "$top/graph/model.c" \
-		"$top/integration/parse.c" "$top/integration/errors.c" "$top/codelets/dtype.c" -lm -o "$bin.new"
+		"$top/integration/parse.c" "$top/base/errors.c" "$top/codelets/dtype.c" -lm -o "$bin.new"
 	mv "$bin.new" "$bin"
 
 	# Seeds: the command lines of tests/test_train.sh (runs and refusals) and a few more
