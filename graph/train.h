@@ -4,7 +4,7 @@
 #ifndef DOS_TRAIN_H
 #define DOS_TRAIN_H
 
-#include "iteration.h"
+#include "optimizer.h"
 #include "model.h"
 
 struct dos_train_progress {

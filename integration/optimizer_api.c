@@ -1,5 +1,5 @@
 /* The embedding API of include/dos.h (dos_opt_*): an application's tensors handed to the
- * optimizer of graph/iteration.c, in a StarPU that the application or this file started,
+ * optimizer of graph/optimizer.c, in a StarPU that the application or this file started,
  * with per-task records of where each update ran and how long each phase took. */
 #include <errno.h>
 #include <math.h>
@@ -16,7 +16,7 @@
 #include "dos.h"
 #include "errors.h"
 #include "flat.h"
-#include "iteration.h"
+#include "optimizer.h"
 #include "numerics.h"
 #include "planner.h"
 

@@ -10,7 +10,7 @@
 
 #include "data.h"
 #include "dos.h"
-#include "iteration.h"
+#include "optimizer.h"
 #include "model.h"
 #include "test_util.h"
 #include "train.h"

@@ -1,12 +1,12 @@
 /* The reference for examples/host_app: the same model (examples/mlp.c), data and recipe,
- * trained through the optimizer's internal path (graph/iteration.c's dos_optimizer_*, as
+ * trained through the optimizer's internal path (graph/optimizer.c's dos_optimizer_*, as
  * dos-train's loop uses it) in a StarPU that runs only the dos policy. tests/test_host_app.sh
  * compares what this writes with --dump to host_app's runs, bit for bit. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "iteration.h"
+#include "optimizer.h"
 #include "mlp.h"
 #include "test_util.h"
 

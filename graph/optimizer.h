@@ -14,8 +14,8 @@
  * subgroup's tensors have their final gradients, while backward still runs below it.
  * The same builder serves dos-train's model and host applications: it only needs the
  * tensors' weight and gradient handles. */
-#ifndef DOS_ITERATION_H
-#define DOS_ITERATION_H
+#ifndef DOS_OPTIMIZER_H
+#define DOS_OPTIMIZER_H
 
 #include <starpu.h>
 
@@ -146,4 +146,4 @@ int dos_optimizer_check_finite(const struct dos_optimizer *opt, uint64_t steps_d
  * reads exactly what it would have read without the interruption. */
 void dos_optimizer_rebuild_weights(struct dos_optimizer *opt);
 
-#endif /* DOS_ITERATION_H */
+#endif /* DOS_OPTIMIZER_H */

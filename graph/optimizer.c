@@ -1,4 +1,4 @@
-/* The optimizer step's task graph (iteration.h). */
+/* The optimizer step's task graph (optimizer.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include "errors.h"
 #include "flat.h"
 #include "host_memory.h"
-#include "iteration.h"
+#include "optimizer.h"
 
 static void submit_task(struct dos_optimizer *opt, struct starpu_task *task)
 {
