@@ -229,7 +229,7 @@ struct buffer {
 };
 
 /* A product's codelet for the model's dtype: the 16-bit compute ones keep perfmodels of
- * their own (codelets/model.c). */
+ * their own (codelets/model_codelets.c). */
 static struct starpu_codelet *product(const struct dos_model *m, struct starpu_codelet *fp32,
 				      struct starpu_codelet *sixteen)
 {

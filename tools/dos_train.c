@@ -303,7 +303,7 @@ static void watch_task(void *arg, struct starpu_task *task)
 	if (w) {
 		*w = (struct watched){acc, task->callback_func, task->callback_arg,
 				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation, 0};
-		/* the products' perfmodels regress on their operation count (codelets/model.c):
+		/* the products' perfmodels regress on their operation count (codelets/model_codelets.c):
 		 * the same count gives their rate */
 		enum phase phase = phase_of(name ? name : "");
 		if ((phase == PHASE_FORWARD || phase == PHASE_BACKWARD) && task->cl && task->cl->model &&

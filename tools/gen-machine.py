@@ -121,7 +121,7 @@ ATTENTION_EFFICIENCY = Num(
 )
 
 
-# The products in 16-bit compute (codelets/model.c: perfmodels dos_linear_fwd16, ...):
+# The products in 16-bit compute (codelets/model_codelets.c: perfmodels dos_linear_fwd16, ...):
 # cublasGemmEx on 16-bit operands with fp32 accumulation on the GPU; on the CPU the
 # operands are widened to fp32 and multiplied by the same single-threaded sgemm.
 GEMM16_EFFICIENCY = Num(
@@ -380,7 +380,7 @@ HISTORY_NX = [10**k for k in range(0, 10)] + [4 * 10**9]
 SAMPLES_PER_ENTRY = 10
 
 
-# ---- the example model's codelets (docs/model.md; codelets/model.c, codelets/flat.c) -----
+# ---- the example model's codelets (docs/model.md; codelets/model_codelets.c, codelets/flat.c) -----
 
 FLOPS, BYTES = "flops", "bytes"  # what a codelet's perfmodel size counts
 SGEMM, ATTENTION, BANDWIDTH = "sgemm", "attention", "bandwidth"  # the rate its time comes from
@@ -420,7 +420,7 @@ MODEL_CODELETS = [
     ModelCodelet(
         "dos_attention_bwd", FLOPS, ATTENTION, "8 B H T^2 hd: four batched products and the softmax backward"
     ),
-    # 16-bit compute: the same kernels under perfmodels of their own (codelets/model.c)
+    # 16-bit compute: the same kernels under perfmodels of their own (codelets/model_codelets.c)
     ModelCodelet("dos_linear_fwd16", FLOPS, GEMM16, "2 n in out, 16-bit operands: y = x w^T (+ residual)"),
     ModelCodelet("dos_linear_bwd_data16", FLOPS, GEMM16, "2 n in out, 16-bit operands: dx = dy w"),
     ModelCodelet("dos_linear_bwd_weight16", FLOPS, GEMM16, "2 n in out, 16-bit operands, fp32 dw: dw = dy^T x"),
