@@ -10,38 +10,38 @@
 #include <starpu_mpi.h>
 #endif
 
-void dos_dp_owned_subgroups(const struct dos_data_parallel *dp, int rank, uint32_t nsubgroups, uint32_t *first,
-			    uint32_t *end)
+void _dos_dp_owned_subgroups(const struct dos_data_parallel *dp, int rank, uint32_t nsubgroups, uint32_t *first,
+			     uint32_t *end)
 {
-	uint64_t n = (uint64_t)dos_dp_size(dp);
+	uint64_t n = (uint64_t)_dos_dp_size(dp);
 	*first = (uint32_t)((uint64_t)rank * nsubgroups / n);
 	*end = (uint32_t)((uint64_t)(rank + 1) * nsubgroups / n);
 }
 
-void dos_dp_owned_params(const struct dos_data_parallel *dp, int rank, uint64_t nparams, uint64_t subgroup_size,
-			 uint64_t *begin, uint64_t *len)
+void _dos_dp_owned_params(const struct dos_data_parallel *dp, int rank, uint64_t nparams, uint64_t subgroup_size,
+			  uint64_t *begin, uint64_t *len)
 {
 	uint32_t nsubgroups = (uint32_t)((nparams + subgroup_size - 1) / subgroup_size), first, end;
-	dos_dp_owned_subgroups(dp, rank, nsubgroups, &first, &end);
+	_dos_dp_owned_subgroups(dp, rank, nsubgroups, &first, &end);
 	*begin = (uint64_t)first * subgroup_size;
 	*len = end > first ? (end == nsubgroups ? nparams : (uint64_t)end * subgroup_size) - *begin : 0;
 }
 
-int dos_dp_owner(const struct dos_data_parallel *dp, uint32_t nsubgroups, uint32_t subgroup)
+int _dos_dp_owner(const struct dos_data_parallel *dp, uint32_t nsubgroups, uint32_t subgroup)
 {
 	/* the largest rank whose block starts at or before the subgroup (blocks may be empty
 	 * when there are fewer subgroups than ranks) */
-	int n = dos_dp_size(dp);
+	int n = _dos_dp_size(dp);
 	int r = (int)(((uint64_t)subgroup * n + n - 1) / nsubgroups);
 	for (;; r--) {
 		uint32_t first, end;
-		dos_dp_owned_subgroups(dp, r, nsubgroups, &first, &end);
+		_dos_dp_owned_subgroups(dp, r, nsubgroups, &first, &end);
 		if (first <= subgroup && subgroup < end)
 			return r;
 	}
 }
 
-int dos_dp_launched(void)
+int _dos_dp_launched(void)
 {
 	/* Open MPI's mpirun, Slurm's srun (a step with tasks), and PMI/PMIx launchers */
 	const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
@@ -59,16 +59,16 @@ static int64_t message_tag(enum dos_dp_message kind, uint64_t index)
 
 #if DOS_HAVE_MPI
 
-/* dos_dp_init ran: MPI is there (the collectives are no-ops in a single process) */
+/* _dos_dp_init ran: MPI is there (the collectives are no-ops in a single process) */
 static int mpi_running;
 
-int dos_dp_available(void)
+int _dos_dp_available(void)
 {
 	return 1;
 }
 
-int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
-		struct dos_rank_binding *binding)
+int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
+		 struct dos_rank_binding *binding)
 {
 	/* MPI first (StarPU-MPI's thread level), to learn the ranks of this node and bind
 	 * this one before StarPU creates its workers */
@@ -82,7 +82,7 @@ int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_da
 		MPI_Comm_size(node, &local_size);
 		MPI_Comm_free(&node);
 	}
-	if ((err = dos_bind_rank(local_rank, local_size, conf, binding))) {
+	if ((err = _dos_bind_rank(local_rank, local_size, conf, binding))) {
 		MPI_Finalize();
 		return err;
 	}
@@ -97,7 +97,7 @@ int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_da
 	return 0;
 }
 
-void dos_dp_shutdown(void)
+void _dos_dp_shutdown(void)
 {
 	mpi_running = 0;
 	starpu_mpi_wait_for_all(MPI_COMM_WORLD);
@@ -106,7 +106,7 @@ void dos_dp_shutdown(void)
 	MPI_Finalize(); /* ours: StarPU-MPI did not initialise it */
 }
 
-void dos_dp_barrier(void)
+void _dos_dp_barrier(void)
 {
 	if (mpi_running)
 		starpu_mpi_barrier(MPI_COMM_WORLD);
@@ -114,7 +114,7 @@ void dos_dp_barrier(void)
 
 /* Through StarPU-MPI like every other message: MPI is initialised for one thread at a
  * time (MPI_THREAD_SERIALIZED), and StarPU-MPI's progress thread is the one that talks. */
-double dos_dp_sum(double x)
+double _dos_dp_sum(double x)
 {
 	if (!mpi_running)
 		return x;
@@ -148,14 +148,14 @@ double dos_dp_sum(double x)
 	return value;
 }
 
-void dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
+void _dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
 {
 	int err = starpu_mpi_isend_detached(h, to, message_tag(kind, index), MPI_COMM_WORLD, NULL, NULL);
 	/* a refused transfer leaves a half-built step that cannot be undone: a bug */
 	STARPU_ASSERT_MSG(err == 0, "StarPU-MPI refused a send to rank %d (%d)", to, err);
 }
 
-void dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
+void _dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
 {
 	int err = starpu_mpi_irecv_detached(h, from, message_tag(kind, index), MPI_COMM_WORLD, NULL, NULL);
 	STARPU_ASSERT_MSG(err == 0, "StarPU-MPI refused a receive from rank %d (%d)", from, err);
@@ -163,41 +163,41 @@ void dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uin
 
 #else /* a single process: nothing is ever sent */
 
-int dos_dp_available(void)
+int _dos_dp_available(void)
 {
 	return 0;
 }
 
-int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
-		struct dos_rank_binding *binding)
+int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
+		 struct dos_rank_binding *binding)
 {
 	(void)argc, (void)argv, (void)conf, (void)dp, (void)binding;
 	return DOS_FAIL(-ENOSYS, "this starpu-dos was built without StarPU-MPI: no data-parallel runs");
 }
 
-void dos_dp_shutdown(void)
+void _dos_dp_shutdown(void)
 {
 }
 
-void dos_dp_barrier(void)
+void _dos_dp_barrier(void)
 {
 }
 
-double dos_dp_sum(double x)
+double _dos_dp_sum(double x)
 {
 	return x;
 }
 
-void dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
+void _dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
 {
 	(void)h, (void)to, (void)message_tag(kind, index);
-	STARPU_ABORT_MSG("dos_dp_send in a single-process build");
+	STARPU_ABORT_MSG("_dos_dp_send in a single-process build");
 }
 
-void dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
+void _dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
 {
 	(void)h, (void)from, (void)message_tag(kind, index);
-	STARPU_ABORT_MSG("dos_dp_recv in a single-process build");
+	STARPU_ABORT_MSG("_dos_dp_recv in a single-process build");
 }
 
 #endif

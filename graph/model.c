@@ -17,7 +17,7 @@
 #include "model_codelets.h"
 #include "numerics.h"
 
-int dos_model_shape_check(const struct dos_model_shape *s)
+int _dos_model_shape_check(const struct dos_model_shape *s)
 {
 	if (!s)
 		return DOS_FAIL(-EINVAL, "shape is NULL");
@@ -50,7 +50,7 @@ int dos_model_shape_check(const struct dos_model_shape *s)
 	return 0;
 }
 
-uint64_t dos_model_param_count(const struct dos_model_shape *s, uint64_t *numel)
+uint64_t _dos_model_param_count(const struct dos_model_shape *s, uint64_t *numel)
 {
 	uint64_t d = s->hidden, F = s->ffn, V = s->vocab, T = s->seq_len;
 	uint64_t layer[DOS_T_PER_LAYER] = {[DOS_T_LN1] = d, [DOS_T_QKV] = 3 * d * d, [DOS_T_O] = d * d,
@@ -84,11 +84,11 @@ static int is_norm_weight(const struct dos_model_shape *s, uint32_t t)
 	return k == DOS_T_LN1 || k == DOS_T_LN2;
 }
 
-void dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, float *flat)
+void _dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, float *flat)
 {
 	uint32_t ntensors = DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers + 2;
 	uint64_t numel[ntensors];
-	dos_model_param_count(s, numel);
+	_dos_model_param_count(s, numel);
 	const float amplitude = (float)(0.02 * sqrt(3.0)); /* uniform with std 0.02 */
 	uint64_t rng = seed;
 	for (uint32_t t = 0; t < ntensors; t++) {
@@ -97,7 +97,7 @@ void dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, floa
 				*flat++ = 1.0f;
 				continue;
 			}
-			float u = (float)(dos_splitmix64(&rng) >> 40) * 0x1.0p-24f;
+			float u = (float)(_dos_splitmix64(&rng) >> 40) * 0x1.0p-24f;
 			*flat++ = (2.0f * u - 1.0f) * amplitude;
 		}
 	}
@@ -108,22 +108,22 @@ void dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, floa
 static int init_weights(struct dos_model *m, uint64_t seed)
 {
 	if (m->dtype == DOS_FP32) {
-		dos_model_init_weights(&m->shape, seed, m->weights);
+		_dos_model_init_weights(&m->shape, seed, m->weights);
 		return 0;
 	}
 	float *flat = malloc(m->nparams * sizeof(float));
 	if (!flat)
 		return DOS_FAIL(-ENOMEM, "no memory for the %llu fp32 initial weights to round to %s",
 				(unsigned long long)m->nparams, dos_dtype_name(m->dtype));
-	dos_model_init_weights(&m->shape, seed, flat);
+	_dos_model_init_weights(&m->shape, seed, flat);
 	for (uint64_t i = 0; i < m->nparams; i++)
 		dos_store_elem(m->weights, i, m->dtype, flat[i]);
 	free(flat);
 	return 0;
 }
 
-uint64_t dos_model_activation_bytes(const struct dos_model_shape *s, uint32_t batch, enum dos_dtype dtype,
-				    int checkpoint_activations)
+uint64_t _dos_model_activation_bytes(const struct dos_model_shape *s, uint32_t batch, enum dos_dtype dtype,
+				     int checkpoint_activations)
 {
 	uint64_t n = (uint64_t)batch * s->seq_len, d = s->hidden, F = s->ffn, V = s->vocab;
 	/* elements of the model dtype: what one layer's backward needs from its forward
@@ -138,13 +138,13 @@ uint64_t dos_model_activation_bytes(const struct dos_model_shape *s, uint32_t ba
 	return dos_dtype_size(dtype) * (saved + head + transients) + 4 * (saved_rows + 2 * n);
 }
 
-int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
-		     enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx)
+int _dos_model_create(struct dos_model *out, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
+		      enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx)
 {
 	int err;
 	if (!out)
 		return DOS_FAIL(-EINVAL, "model is NULL");
-	if ((err = dos_model_shape_check(shape)))
+	if ((err = _dos_model_shape_check(shape)))
 		return err;
 	if (batch == 0)
 		return DOS_FAIL(-EINVAL, "micro-batch = 0 sequences");
@@ -176,14 +176,14 @@ int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape,
 		err = DOS_FAIL(-ENOMEM, "no memory for the tables of %u tensors", m->ntensors);
 		goto fail;
 	}
-	m->nparams = dos_model_param_count(shape, m->numel);
+	m->nparams = _dos_model_param_count(shape, m->numel);
 	const size_t es = dos_dtype_size(dtype);
 	char what[64];
 	snprintf(what, sizeof what, "the model's %s working weights", dos_dtype_name(dtype));
-	if ((err = dos_host_alloc(&m->weights, m->nparams * es, what, &m->weights_pinned)))
+	if ((err = _dos_host_alloc(&m->weights, m->nparams * es, what, &m->weights_pinned)))
 		goto fail;
 	if (DOS_VALUES_ARE_REAL && (err = init_weights(m, seed))) {
-		dos_host_free(m->weights, m->nparams * es, m->weights_pinned);
+		_dos_host_free(m->weights, m->nparams * es, m->weights_pinned);
 		goto fail;
 	}
 	/* as in real training, forward and backward run on the GPU when there is one */
@@ -206,7 +206,7 @@ fail:
 	return err;
 }
 
-void dos_model_destroy(struct dos_model *m)
+void _dos_model_destroy(struct dos_model *m)
 {
 	if (!m || !m->numel)
 		return;
@@ -214,7 +214,7 @@ void dos_model_destroy(struct dos_model *m)
 		starpu_data_unregister(m->weight[t]);
 		starpu_data_unregister(m->grad[t]);
 	}
-	dos_host_free(m->weights, m->nparams * dos_dtype_size(m->dtype), m->weights_pinned);
+	_dos_host_free(m->weights, m->nparams * dos_dtype_size(m->dtype), m->weights_pinned);
 	free(m->numel);
 	free(m->weight);
 	free(m->grad);
@@ -492,8 +492,8 @@ static int check_batch(const struct dos_model *m, starpu_data_handle_t ids, star
 	return 0;
 }
 
-int dos_model_submit_eval(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
-			  starpu_data_handle_t *loss)
+int _dos_model_submit_eval(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
+			   starpu_data_handle_t *loss)
 {
 	int err = check_batch(m, ids, targets, loss);
 	if (err)
@@ -508,8 +508,8 @@ int dos_model_submit_eval(struct dos_model *m, starpu_data_handle_t ids, starpu_
 	return 0;
 }
 
-int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
-				float grad_scale, int accumulate, starpu_data_handle_t *loss)
+int _dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
+				 float grad_scale, int accumulate, starpu_data_handle_t *loss)
 {
 	int err = check_batch(m, ids, targets, loss);
 	if (err)

@@ -11,7 +11,7 @@
 #include "host_memory.h"
 #include "optimizer.h"
 
-static void submit_task(struct dos_optimizer *opt, struct starpu_task *task)
+static void submit_task(struct _dos_optimizer *opt, struct starpu_task *task)
 {
 	task->sched_ctx = opt->cfg.sched_ctx;
 	if (opt->hook)
@@ -21,7 +21,7 @@ static void submit_task(struct dos_optimizer *opt, struct starpu_task *task)
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", task->cl->name, err);
 }
 
-int dos_optimizer_config_check(const struct dos_optimizer_config *c, uint64_t nparams)
+int _dos_optimizer_config_check(const struct _dos_optimizer_config *c, uint64_t nparams)
 {
 	struct dos_adam_step probe;
 	int err;
@@ -63,9 +63,9 @@ int dos_optimizer_config_check(const struct dos_optimizer_config *c, uint64_t np
 				c->loss_scale_init);
 	if (c->dynamic_loss_scale && c->loss_scale_window == 0)
 		return DOS_FAIL(-EINVAL, "loss_scale_window = 0: dynamic loss scaling needs a window > 0");
-	if (c->dp.nranks < 0 || c->dp.rank < 0 || c->dp.rank >= dos_dp_size(&c->dp))
+	if (c->dp.nranks < 0 || c->dp.rank < 0 || c->dp.rank >= _dos_dp_size(&c->dp))
 		return DOS_FAIL(-EINVAL, "dp.rank = %d is not a rank of a job of %d", c->dp.rank, c->dp.nranks);
-	if (dos_dp_size(&c->dp) > 1 && !dos_dp_available())
+	if (_dos_dp_size(&c->dp) > 1 && !_dos_dp_available())
 		return DOS_FAIL(-EINVAL, "dp.nranks = %d: this starpu-dos was built without StarPU-MPI", c->dp.nranks);
 	return 0;
 }
@@ -82,7 +82,7 @@ static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu
 			char name[32];
 			uint32_t nx;
 			snprintf(name, sizeof name, "%s[%u]", list_names[l], t);
-			int err = _dos_check_vector("dos_optimizer_create", name, lists[l][t],
+			int err = _dos_check_vector("_dos_optimizer_create", name, lists[l][t],
 						    l ? grad_elemsize : weight_elemsize, &nx);
 			if (err)
 				return err;
@@ -94,9 +94,9 @@ static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu
 	return 0;
 }
 
-int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_config *cfg, uint32_t ntensors,
-			 const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
-			 const float *initial)
+int _dos_optimizer_create(struct _dos_optimizer *out, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
+			  const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
+			  const float *initial)
 {
 	int err;
 	if (!out || !cfg || !numel || !weights || !grads || !initial)
@@ -105,7 +105,7 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 				(const void *)initial);
 	if (ntensors == 0)
 		return DOS_FAIL(-EINVAL, "ntensors = 0: the optimizer needs at least one tensor");
-	/* an unknown tensor dtype has size 0: dos_optimizer_config_check names it below */
+	/* an unknown tensor dtype has size 0: _dos_optimizer_config_check names it below */
 	if (dos_dtype_size(cfg->tensor_dtype) && dos_dtype_size(cfg->tensor_grad_dtype) &&
 	    (err = check_tensor_handles(ntensors, numel, weights, grads, dos_dtype_size(cfg->tensor_dtype),
 					dos_dtype_size(cfg->tensor_grad_dtype))))
@@ -113,12 +113,12 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 	uint64_t nparams = 0; /* no overflow: each count matched a 32-bit vector length */
 	for (uint32_t t = 0; t < ntensors; t++)
 		nparams += numel[t];
-	if ((err = dos_optimizer_config_check(cfg, nparams)) ||
-	    (err = _dos_check_sched_ctx("dos_optimizer_create", "cfg->sched_ctx", cfg->sched_ctx)))
+	if ((err = _dos_optimizer_config_check(cfg, nparams)) ||
+	    (err = _dos_check_sched_ctx("_dos_optimizer_create", "cfg->sched_ctx", cfg->sched_ctx)))
 		return err;
 	/* built aside and copied out at the end: a refused or failed call leaves *out as it was */
-	struct dos_optimizer o = {0}, *opt = &o;
-	if ((err = dos_subgroup_map_build(&o.map, numel, ntensors, cfg->subgroup_size)))
+	struct _dos_optimizer o = {0}, *opt = &o;
+	if ((err = _dos_subgroup_map_build(&o.map, numel, ntensors, cfg->subgroup_size)))
 		return err;
 	opt->cfg = *cfg;
 	opt->tensor_weight = weights;
@@ -128,16 +128,16 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 	uint64_t P = opt->map.nparams;
 	uint32_t N = opt->map.nsubgroups;
 	int sixteen = cfg->weight_dtype != DOS_FP32;
-	dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, N, &opt->own_first, &opt->own_end);
-	dos_dp_owned_params(&cfg->dp, cfg->dp.rank, P, cfg->subgroup_size, &opt->state_begin, &opt->state_len);
+	_dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, N, &opt->own_first, &opt->own_end);
+	_dos_dp_owned_params(&cfg->dp, cfg->dp.rank, P, cfg->subgroup_size, &opt->state_begin, &opt->state_len);
 	uint64_t L = opt->state_len;
 	/* one block: the state is pinned, or not, as a whole */
 	float *state;
 	char what[160];
 	snprintf(what, sizeof what, "the optimizer state (fp32 master weights, Adam m and v of %llu parameters%s)",
 		 (unsigned long long)L, L < P ? ", this rank's share" : "");
-	if ((err = dos_host_alloc((void **)&state, 3 * L * sizeof(float), what, &opt->state_pinned))) {
-		dos_subgroup_map_free(&opt->map);
+	if ((err = _dos_host_alloc((void **)&state, 3 * L * sizeof(float), what, &opt->state_pinned))) {
+		_dos_subgroup_map_free(&opt->map);
 		return err;
 	}
 	opt->master = state;
@@ -162,7 +162,7 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 	opt->copies_on_gpu = starpu_cuda_worker_get_count() > 0;
 	for (uint32_t s = 0; s < N; s++) {
 		uint64_t begin = (uint64_t)s * cfg->subgroup_size - opt->state_begin;
-		uint32_t len = (uint32_t)dos_subgroup_len(&opt->map, s);
+		uint32_t len = (uint32_t)_dos_subgroup_len(&opt->map, s);
 		if (s >= opt->own_first && s < opt->own_end) { /* ours: the state lives here */
 			starpu_vector_data_register(&opt->master_h[s], STARPU_MAIN_RAM,
 						    (uintptr_t)(opt->master + begin), len, sizeof(float));
@@ -183,11 +183,11 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 	*out = o;
 	return 0;
 no_memory:
-	dos_optimizer_destroy(opt);
+	_dos_optimizer_destroy(opt);
 	return DOS_FAIL(-ENOMEM, "no memory for the handle tables of %u subgroups", N);
 }
 
-void dos_optimizer_destroy(struct dos_optimizer *opt)
+void _dos_optimizer_destroy(struct _dos_optimizer *opt)
 {
 	if (!opt)
 		return;
@@ -204,19 +204,19 @@ void dos_optimizer_destroy(struct dos_optimizer *opt)
 			starpu_data_unregister(opt->nonfinite_h[f]);
 	free(opt->nonfinite_h);
 	free(opt->nonfinite);
-	dos_host_free(opt->master, 3 * opt->state_len * sizeof(float), opt->state_pinned);
-	dos_subgroup_map_free(&opt->map);
-	*opt = (struct dos_optimizer){0};
+	_dos_host_free(opt->master, 3 * opt->state_len * sizeof(float), opt->state_pinned);
+	_dos_subgroup_map_free(&opt->map);
+	*opt = (struct _dos_optimizer){0};
 }
 
 /* What subgroup s's refresh reads: its 16-bit weights, or in fp32 its master weights. */
-static starpu_data_handle_t updated_weights(const struct dos_optimizer *opt, uint32_t s)
+static starpu_data_handle_t updated_weights(const struct _dos_optimizer *opt, uint32_t s)
 {
 	return opt->cfg.weight_dtype != DOS_FP32 ? opt->weight16_h[s] : opt->master_h[s];
 }
 
 /* Subgroup s's gradient from the tensor gradients its pieces lie in. */
-static void submit_gather(struct dos_optimizer *opt, uint32_t s)
+static void submit_gather(struct _dos_optimizer *opt, uint32_t s)
 {
 	const struct dos_subgroup_map *map = &opt->map;
 	uint32_t first = map->subgroup_first[s], count = map->subgroup_first[s + 1] - first;
@@ -240,7 +240,7 @@ static void submit_gather(struct dos_optimizer *opt, uint32_t s)
 }
 
 /* Tensor t's working weights from the subgroups its pieces lie in. */
-static void submit_refresh(struct dos_optimizer *opt, uint32_t t)
+static void submit_refresh(struct _dos_optimizer *opt, uint32_t t)
 {
 	const struct dos_subgroup_map *map = &opt->map;
 	uint32_t first = map->tensor_first[t], count = map->tensor_first[t + 1] - first;
@@ -266,35 +266,35 @@ static void submit_refresh(struct dos_optimizer *opt, uint32_t t)
 /* Every subgroup's gradient where its state is: one process gathers them all; in a
  * data-parallel job the last rank of the gradient chain holds the summed tensor gradients,
  * gathers every subgroup and sends each to its owner. */
-static void submit_gradients(struct dos_optimizer *opt)
+static void submit_gradients(struct _dos_optimizer *opt)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
-	int last = dos_dp_size(dp) - 1;
+	int last = _dos_dp_size(dp) - 1;
 	for (uint32_t s = 0; s < N; s++) {
-		int owner = dos_dp_owner(dp, N, s);
+		int owner = _dos_dp_owner(dp, N, s);
 		if (dp->rank == last) {
 			submit_gather(opt, s);
 			if (owner != last)
-				dos_dp_send(opt->grad_h[s], owner, DOS_DP_SUBGROUP_GRAD, s);
+				_dos_dp_send(opt->grad_h[s], owner, DOS_DP_SUBGROUP_GRAD, s);
 		} else if (owner == dp->rank)
-			dos_dp_recv(opt->grad_h[s], last, DOS_DP_SUBGROUP_GRAD, s);
+			_dos_dp_recv(opt->grad_h[s], last, DOS_DP_SUBGROUP_GRAD, s);
 	}
 }
 
 /* The owner's updated weights of every subgroup, on every rank. */
-static void exchange_weights(struct dos_optimizer *opt)
+static void exchange_weights(struct _dos_optimizer *opt)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
 	for (uint32_t s = 0; s < N; s++) {
-		int owner = dos_dp_owner(dp, N, s);
+		int owner = _dos_dp_owner(dp, N, s);
 		if (owner != dp->rank)
-			dos_dp_recv(updated_weights(opt, s), owner, DOS_DP_WEIGHTS, s);
+			_dos_dp_recv(updated_weights(opt, s), owner, DOS_DP_WEIGHTS, s);
 		else
-			for (int r = 0; r < dos_dp_size(dp); r++)
+			for (int r = 0; r < _dos_dp_size(dp); r++)
 				if (r != owner)
-					dos_dp_send(updated_weights(opt, s), r, DOS_DP_WEIGHTS, s);
+					_dos_dp_send(updated_weights(opt, s), r, DOS_DP_WEIGHTS, s);
 	}
 }
 
@@ -306,13 +306,13 @@ static void exchange_weights(struct dos_optimizer *opt)
  * room: 4 B per parameter in 16-bit training, on the link the optimizer's own transfers
  * want. Each rank drops the gradients it wrote: all of them on the rank that gathers, its
  * own subgroups' on the others. */
-static void drop_consumed(struct dos_optimizer *opt, int applied)
+static void drop_consumed(struct _dos_optimizer *opt, int applied)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
-	int gathers = dp->rank == dos_dp_size(dp) - 1;
+	int gathers = dp->rank == _dos_dp_size(dp) - 1;
 	for (uint32_t s = 0; s < N; s++) {
-		if (gathers || dos_dp_owner(dp, N, s) == dp->rank)
+		if (gathers || _dos_dp_owner(dp, N, s) == dp->rank)
 			starpu_data_invalidate_submit(opt->grad_h[s]);
 		if (applied && opt->cfg.weight_dtype != DOS_FP32)
 			starpu_data_invalidate_submit(opt->weight16_h[s]);
@@ -321,14 +321,14 @@ static void drop_consumed(struct dos_optimizer *opt, int applied)
 
 /* The global statistics (sum of squares, overflow) in subgroup order: the same bits
  * wherever each subgroup's statistics were computed, and on every rank. */
-static int global_stats(struct dos_optimizer *opt, double *sum_sq, uint32_t *overflow_subgroup)
+static int global_stats(struct _dos_optimizer *opt, double *sum_sq, uint32_t *overflow_subgroup)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
 	for (uint32_t s = 0; s < N; s++) {
-		int owner = dos_dp_owner(dp, N, s);
+		int owner = _dos_dp_owner(dp, N, s);
 		if (owner != dp->rank) {
-			dos_dp_recv(opt->stats_h[s], owner, DOS_DP_STATS, s);
+			_dos_dp_recv(opt->stats_h[s], owner, DOS_DP_STATS, s);
 			continue;
 		}
 		struct starpu_task *task;
@@ -336,9 +336,9 @@ static int global_stats(struct dos_optimizer *opt, double *sum_sq, uint32_t *ove
 		if (err)
 			return err;
 		submit_task(opt, task);
-		for (int r = 0; r < dos_dp_size(dp); r++)
+		for (int r = 0; r < _dos_dp_size(dp); r++)
 			if (r != owner)
-				dos_dp_send(opt->stats_h[s], r, DOS_DP_STATS, s);
+				_dos_dp_send(opt->stats_h[s], r, DOS_DP_STATS, s);
 	}
 	*sum_sq = 0;
 	*overflow_subgroup = UINT32_MAX;
@@ -355,15 +355,16 @@ static int global_stats(struct dos_optimizer *opt, double *sum_sq, uint32_t *ove
 	return 0;
 }
 
-int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report *report)
+int _dos_optimizer_submit_step(struct _dos_optimizer *opt, struct _dos_step_report *report)
 {
 	if (!opt || !report)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, report %p)", (void *)opt, (void *)report);
 	if (!opt->master_h)
-		return DOS_FAIL(-EINVAL, "opt %p was not made by dos_optimizer_create (or was destroyed)", (void *)opt);
-	const struct dos_optimizer_config *c = &opt->cfg;
+		return DOS_FAIL(-EINVAL, "opt %p was not made by _dos_optimizer_create (or was destroyed)",
+				(void *)opt);
+	const struct _dos_optimizer_config *c = &opt->cfg;
 	uint32_t N = opt->map.nsubgroups;
-	*report = (struct dos_step_report){
+	*report = (struct _dos_step_report){
 		.applied = 1, .grad_norm = -1, .loss_scale_used = opt->loss_scale, .overflow_subgroup = UINT32_MAX};
 	submit_gradients(opt);
 
@@ -396,7 +397,7 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 		}
 	}
 
-	/* the schedule scales lr by a factor <= 1, which dos_optimizer_config_check's step-1
+	/* the schedule scales lr by a factor <= 1, which _dos_optimizer_config_check's step-1
 	 * probe has covered */
 	struct dos_adam_hparams hp = c->hp;
 	hp.lr = c->hp.lr * dos_lr_schedule_factor(&c->lr_schedule, opt->step + 1);
@@ -436,7 +437,7 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	report->update = update;
 	report->lr = hp.lr;
 	opt->step++;
-	if (dos_dp_size(&c->dp) > 1)
+	if (_dos_dp_size(&c->dp) > 1)
 		exchange_weights(opt);
 	for (uint32_t t = 0; t < opt->map.ntensors; t++)
 		submit_refresh(opt, t);
@@ -444,7 +445,7 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	return 0;
 }
 
-int dos_optimizer_set_lr(struct dos_optimizer *opt, double lr)
+int _dos_optimizer_set_lr(struct _dos_optimizer *opt, double lr)
 {
 	if (!opt)
 		return DOS_FAIL(-EINVAL, "opt is NULL");
@@ -458,7 +459,7 @@ int dos_optimizer_set_lr(struct dos_optimizer *opt, double lr)
 	return 0;
 }
 
-void dos_optimizer_hold_state(const struct dos_optimizer *opt, enum starpu_data_access_mode mode)
+void _dos_optimizer_hold_state(const struct _dos_optimizer *opt, enum starpu_data_access_mode mode)
 {
 	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
 	for (int i = 0; i < 3; i++)
@@ -466,7 +467,7 @@ void dos_optimizer_hold_state(const struct dos_optimizer *opt, enum starpu_data_
 			starpu_data_acquire(state[i][s], mode);
 }
 
-void dos_optimizer_release_state(const struct dos_optimizer *opt)
+void _dos_optimizer_release_state(const struct _dos_optimizer *opt)
 {
 	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
 	for (int i = 0; i < 3; i++)
@@ -474,7 +475,7 @@ void dos_optimizer_release_state(const struct dos_optimizer *opt)
 			starpu_data_release(state[i][s]);
 }
 
-int dos_optimizer_check_finite(const struct dos_optimizer *opt, uint64_t steps_done)
+int _dos_optimizer_check_finite(const struct _dos_optimizer *opt, uint64_t steps_done)
 {
 	const float *arrays[] = {opt->master, opt->m, opt->v};
 	const char *names[] = {"master weight", "Adam m", "Adam v"};
@@ -492,7 +493,7 @@ int dos_optimizer_check_finite(const struct dos_optimizer *opt, uint64_t steps_d
 	return 0;
 }
 
-void dos_optimizer_rebuild_weights(struct dos_optimizer *opt)
+void _dos_optimizer_rebuild_weights(struct _dos_optimizer *opt)
 {
 	if (opt->cfg.weight_dtype != DOS_FP32)
 		/* the 16-bit weights the update would have written from these master weights */
@@ -503,14 +504,14 @@ void dos_optimizer_rebuild_weights(struct dos_optimizer *opt)
 			STARPU_ASSERT_MSG(err == 0, "casting subgroup %u's master weights: %d", s, err);
 			submit_task(opt, task);
 		}
-	if (dos_dp_size(&opt->cfg.dp) > 1) /* each rank's, to the others */
+	if (_dos_dp_size(&opt->cfg.dp) > 1) /* each rank's, to the others */
 		exchange_weights(opt);
 	for (uint32_t t = 0; t < opt->map.ntensors; t++)
 		submit_refresh(opt, t);
 }
 
-int dos_optimizer_update_nonfinite(struct dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,
-				   uint32_t *bits)
+int _dos_optimizer_update_nonfinite(struct _dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,
+				    uint32_t *bits)
 {
 	if (!opt || !opt->nonfinite_h || !count || !subgroup || !bits)
 		return DOS_FAIL(-EINVAL, "NULL argument or optimizer (opt %p, count %p, subgroup %p, bits %p)",

@@ -24,7 +24,7 @@
 #include "model.h"
 #include "subgroups.h"
 
-struct dos_optimizer_config {
+struct _dos_optimizer_config {
 	uint64_t subgroup_size;
 	/* DOS_FP32: the working weights are copies of the master weights; DOS_FP16/DOS_BF16:
 	 * the update also writes 16-bit weights, which the refresh copies into 16-bit tensors
@@ -55,17 +55,17 @@ struct dos_optimizer_config {
 	struct dos_data_parallel dp;
 };
 
-struct dos_optimizer {
-	struct dos_optimizer_config cfg;
+struct _dos_optimizer {
+	struct _dos_optimizer_config cfg;
 	struct dos_subgroup_map map;
 	/* this rank's subgroups [own_first, own_end), whose state it keeps: the parameters
 	 * [state_begin, state_begin + state_len) of the flat space (all of them in a single
-	 * process); master, m and v hold that range, one block from dos_host_alloc (master
+	 * process); master, m and v hold that range, one block from _dos_host_alloc (master
 	 * first) */
 	uint32_t own_first, own_end;
 	uint64_t state_begin, state_len;
 	float *master, *m, *v;
-	int state_pinned; /* how dos_host_alloc made it */
+	int state_pinned; /* how _dos_host_alloc made it */
 	/* per subgroup; m_h and v_h are NULL for subgroups of other ranks, and so is master_h
 	 * in 16-bit precision (in fp32 it receives the owner's updated weights) */
 	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h;
@@ -80,12 +80,12 @@ struct dos_optimizer {
 	double loss_scale;            /* 1 without dynamic loss scaling */
 	uint32_t good_steps;          /* since the last change of the scale */
 	int copies_on_gpu;            /* gathers and refreshes run on CUDA workers (there are some) */
-	dos_task_hook hook;
+	_dos_task_hook hook;
 	void *hook_arg;
 };
 
 /* What one submitted step did. */
-struct dos_step_report {
+struct _dos_step_report {
 	int applied;      /* 0 when skipped for overflow */
 	double grad_norm; /* unscaled global norm, when clipping or loss scaling is on; else -1 */
 	double loss_scale_used;
@@ -99,51 +99,51 @@ struct dos_step_report {
  * (dos_adam_step_init's checks), clip_norm >= 0, loss-scale settings, the data-parallel
  * rank (not the scheduling context: callable before StarPU starts).
  * Returns 0 or -EINVAL naming the field and its value. */
-int dos_optimizer_config_check(const struct dos_optimizer_config *cfg, uint64_t nparams);
+int _dos_optimizer_config_check(const struct _dos_optimizer_config *cfg, uint64_t nparams);
 
 /* Creates the optimizer over `ntensors` tensors (weights: vector handles of
  * cfg->tensor_dtype and numel[t] elements the refresh writes; grads: of
  * cfg->tensor_grad_dtype, written by backward), with master weights initialised from `initial` (flat, fp32). Errors:
  * -EINVAL naming the bad argument or field (NULL, no tensors, empty tensors, handles that
  * are not vectors of cfg->tensor_dtype (grads: tensor_grad_dtype) and numel[t] elements, a scheduling context that
- * does not exist, and dos_optimizer_config_check's), -ENOMEM naming what could not be allocated; *opt is left
+ * does not exist, and _dos_optimizer_config_check's), -ENOMEM naming what could not be allocated; *opt is left
  * untouched then. */
-int dos_optimizer_create(struct dos_optimizer *opt, const struct dos_optimizer_config *cfg, uint32_t ntensors,
-			 const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
-			 const float *initial);
+int _dos_optimizer_create(struct _dos_optimizer *opt, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
+			  const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
+			  const float *initial);
 /* Submits one step over the gradients the graph has produced (or will produce: tasks
  * depend on them through the handles). Blocks only when clipping or loss scaling needs
  * the global statistics. Returns 0 or a negative errno. */
-int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report *report);
+int _dos_optimizer_submit_step(struct _dos_optimizer *opt, struct _dos_step_report *report);
 /* Sets hp.lr, the rate the schedule scales, for the steps submitted from now on (those
  * already submitted keep theirs). Errors: -EINVAL for a NULL opt, or an lr that
  * dos_adam_step_init refuses with the other hyper-parameters (named with its value). */
-int dos_optimizer_set_lr(struct dos_optimizer *opt, double lr);
-/* Whether update `update` (a dos_step_report's) left non-finite values in the state: the
+int _dos_optimizer_set_lr(struct _dos_optimizer *opt, double lr);
+/* Whether update `update` (a _dos_step_report's) left non-finite values in the state: the
  * number of subgroups it did that to in *count (0: none), the first of them in *subgroup
  * and the enum dos_nonfinite_bits of that one in *bits. Waits for that update's tasks
  * only (not for later steps'), reading the flags its update tasks wrote, not the state.
  * Call it before update + 2 is submitted, which reuses the flags. Errors: -EINVAL for
  * NULL arguments or an update whose flags are not (or no longer) there. */
-int dos_optimizer_update_nonfinite(struct dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,
-				   uint32_t *bits);
+int _dos_optimizer_update_nonfinite(struct _dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,
+				    uint32_t *bits);
 /* Waits for the optimizer's tasks and frees everything (master, m, v are up to date). */
-void dos_optimizer_destroy(struct dos_optimizer *opt);
+void _dos_optimizer_destroy(struct _dos_optimizer *opt);
 
 /* Brings every subgroup's master, m and v home and holds them there in `mode` (STARPU_R to
  * read opt->master, m, v; STARPU_RW to also write them), waiting for the updates submitted
- * so far; dos_optimizer_release_state lets them go again. Between the two the arrays are
+ * so far; _dos_optimizer_release_state lets them go again. Between the two the arrays are
  * the state, for checkpoints and the finiteness check. */
-void dos_optimizer_hold_state(const struct dos_optimizer *opt, enum starpu_data_access_mode mode);
-void dos_optimizer_release_state(const struct dos_optimizer *opt);
+void _dos_optimizer_hold_state(const struct _dos_optimizer *opt, enum starpu_data_access_mode mode);
+void _dos_optimizer_release_state(const struct _dos_optimizer *opt);
 /* With the state held: -ERANGE naming the first non-finite value of master, m or v (array,
  * parameter, subgroup, after step `steps_done`), so that a NaN in the state is reported
  * instead of being saved or trained on silently; else 0. */
-int dos_optimizer_check_finite(const struct dos_optimizer *opt, uint64_t steps_done);
+int _dos_optimizer_check_finite(const struct _dos_optimizer *opt, uint64_t steps_done);
 /* Submits the tasks that make every tensor's working weights what the weight refresh
  * makes of the current master weights (in 16-bit modes through the 16-bit weights, cast
  * first): after a checkpoint's state was loaded into opt->master, the next forward then
  * reads exactly what it would have read without the interruption. */
-void dos_optimizer_rebuild_weights(struct dos_optimizer *opt);
+void _dos_optimizer_rebuild_weights(struct _dos_optimizer *opt);
 
 #endif /* DOS_OPTIMIZER_H */

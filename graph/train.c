@@ -26,7 +26,7 @@ struct pending_step {
 	starpu_data_handle_t *loss;      /* [micro-batches of the global batch] on rank 0, else none */
 	starpu_data_handle_t *eval_loss; /* [held-out micro-batches] on rank 0, after an evaluation */
 	int evaluated;
-	struct dos_step_report report;
+	struct _dos_step_report report;
 	uint64_t step;
 };
 
@@ -52,7 +52,7 @@ static double collect_loss(starpu_data_handle_t *loss, uint32_t count, uint32_t 
 static void receive_loss(starpu_data_handle_t *slot, uint32_t tokens, int from, enum dos_dp_message kind, uint64_t tag)
 {
 	starpu_vector_data_register(slot, -1, 0, tokens, sizeof(float));
-	dos_dp_recv(*slot, from, kind, tag);
+	_dos_dp_recv(*slot, from, kind, tag);
 }
 
 /* The losses of a micro-batch this rank ran: kept in *slot on rank 0, sent there from the
@@ -64,7 +64,7 @@ static void deliver_loss(starpu_data_handle_t loss, int reporter, starpu_data_ha
 		*slot = loss;
 		return;
 	}
-	dos_dp_send(loss, 0, kind, tag);
+	_dos_dp_send(loss, 0, kind, tag);
 	starpu_data_unregister_submit(loss);
 }
 
@@ -75,7 +75,7 @@ static int submit_evaluation(const struct dos_train_config *cfg, struct dos_corp
 			     struct pending_step *q, uint32_t E, uint64_t k)
 {
 	const struct dos_data_parallel *dp = &cfg->dp;
-	int ranks = dos_dp_size(dp), reporter = dp->rank == 0;
+	int ranks = _dos_dp_size(dp), reporter = dp->rank == 0;
 	uint32_t tokens = cfg->micro_batch * cfg->shape.seq_len;
 	for (uint32_t i = 0; i < E; i++) {
 		int owner = (int)(i % (uint32_t)ranks);
@@ -86,9 +86,9 @@ static int submit_evaluation(const struct dos_train_config *cfg, struct dos_corp
 			continue;
 		}
 		starpu_data_handle_t ids, targets, loss;
-		int err = dos_corpus_eval_batch(corpus, i, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx, &ids,
-						&targets);
-		if (err || (err = dos_model_submit_eval(model, ids, targets, &loss)))
+		int err = _dos_corpus_eval_batch(corpus, i, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx, &ids,
+						 &targets);
+		if (err || (err = _dos_model_submit_eval(model, ids, targets, &loss)))
 			return err;
 		deliver_loss(loss, reporter, &q->eval_loss[q->evaluated], DOS_DP_EVAL_LOSS, tag);
 		q->evaluated += reporter;
@@ -127,14 +127,14 @@ static void declare_gpu_memory(const struct dos_train_config *cfg, const struct 
 	if (starpu_cuda_worker_get_count() == 0 || !_dos_sched_ctx_is_ours(cfg->sched_ctx))
 		return;
 	double weights = (double)dos_dtype_size(model->dtype) * (double)model->nparams;
-	double activations = (double)dos_model_activation_bytes(&model->shape, model->batch, model->dtype,
-								model->checkpoint_activations);
+	double activations = (double)_dos_model_activation_bytes(&model->shape, model->batch, model->dtype,
+								 model->checkpoint_activations);
 	dos_sched_reserve_gpu_bytes(cfg->sched_ctx, weights + activations * (cfg->accumulation > 1 ? 2 : 1));
 }
 
 /* The checkpoint's description of this run after `steps_done` steps. */
 static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config *cfg, const struct dos_model *model,
-						  const struct dos_optimizer *opt, const struct dos_corpus *corpus,
+						  const struct _dos_optimizer *opt, const struct dos_corpus *corpus,
 						  const struct dos_checkpoint_folder *folder, uint64_t steps_done)
 {
 	return (struct dos_checkpoint_meta){.nparams = model->nparams,
@@ -158,12 +158,12 @@ static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config 
  * with an inf or NaN (from the flags the update tasks wrote: the state is not read), so
  * that a NaN in the state is reported at the step where it appears instead of being
  * saved or trained on. A skipped step wrote nothing: its state was checked before. */
-static int check_update_finite(struct dos_optimizer *opt, const struct dos_step_report *report, uint64_t step)
+static int check_update_finite(struct _dos_optimizer *opt, const struct _dos_step_report *report, uint64_t step)
 {
 	if (!DOS_VALUES_ARE_REAL || !report->update)
 		return 0;
 	uint32_t count, s, bits;
-	int err = dos_optimizer_update_nonfinite(opt, report->update, &count, &s, &bits);
+	int err = _dos_optimizer_update_nonfinite(opt, report->update, &count, &s, &bits);
 	if (err || count == 0)
 		return err;
 	static const char *const names[] = {"master weight", "Adam m", "Adam v"};
@@ -179,56 +179,57 @@ static int check_update_finite(struct dos_optimizer *opt, const struct dos_step_
 			"after step %llu the optimizer state is not finite: %s of subgroup %u (parameters %llu to "
 			"%llu)%s; not saved, training stopped",
 			(unsigned long long)step, arrays, s, (unsigned long long)first,
-			(unsigned long long)(first + dos_subgroup_len(&opt->map, s) - 1), others);
+			(unsigned long long)(first + _dos_subgroup_len(&opt->map, s) - 1), others);
 }
 
 /* In a data-parallel job every rank that keeps state saves its shard and, once all have
  * (or one failed: then every rank fails), rank 0 writes the manifest. The checkpoint
  * directory must be shared by the ranks (a parallel file system on a cluster). */
-static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model, struct dos_optimizer *opt,
-			   const struct dos_corpus *corpus, const struct dos_checkpoint_folder *folder,
-			   const struct dos_step_report *report, uint64_t steps_done)
+static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model,
+			   struct _dos_optimizer *opt, const struct dos_corpus *corpus,
+			   const struct dos_checkpoint_folder *folder, const struct _dos_step_report *report,
+			   uint64_t steps_done)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
-	int ranks = dos_dp_size(dp);
+	int ranks = _dos_dp_size(dp);
 	/* shards: the ranks that keep state (with fewer subgroups than ranks, some keep none) */
 	uint32_t shards = 0, my_shard = 0;
 	for (int r = 0; r < ranks; r++) {
 		uint32_t first, end;
-		dos_dp_owned_subgroups(dp, r, opt->map.nsubgroups, &first, &end);
+		_dos_dp_owned_subgroups(dp, r, opt->map.nsubgroups, &first, &end);
 		my_shard += r < dp->rank && end > first;
 		shards += end > first;
 	}
 	/* the folder is still this run's alone (rank 0 looks for the job) */
 	int err = dp->rank == 0 ? dos_checkpoint_folder_check(folder) : 0;
-	if (ranks > 1 && dos_dp_sum(err != 0) > 0)
+	if (ranks > 1 && _dos_dp_sum(err != 0) > 0)
 		return err ? err
 			   : DOS_FAIL(-EEXIST, "checkpoint after step %llu: rank 0 found another run's checkpoints",
 				      (unsigned long long)steps_done);
 	if (err)
 		return err;
-	dos_optimizer_hold_state(opt, STARPU_R);
+	_dos_optimizer_hold_state(opt, STARPU_R);
 	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, folder, steps_done);
 	err = check_update_finite(opt, report, steps_done);
 	if (!err && shards == 1 && opt->state_len > 0)
-		err = dos_checkpoint_save(folder->dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
+		err = _dos_checkpoint_save(folder->dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
 	else if (!err && opt->state_len > 0) {
 		meta.state_begin = opt->state_begin;
 		meta.state_len = opt->state_len;
-		err = dos_checkpoint_save_shard(folder->dir, &meta, my_shard, shards, opt->master, opt->m, opt->v);
+		err = _dos_checkpoint_save_shard(folder->dir, &meta, my_shard, shards, opt->master, opt->m, opt->v);
 	}
-	dos_optimizer_release_state(opt);
+	_dos_optimizer_release_state(opt);
 	if (ranks == 1)
 		return err;
-	if (dos_dp_sum(err != 0) > 0)
+	if (_dos_dp_sum(err != 0) > 0)
 		return err ? err
 			   : DOS_FAIL(-EIO, "checkpoint after step %llu: another rank could not save its shard",
 				      (unsigned long long)steps_done);
 	if (dp->rank == 0 && shards > 1) {
 		meta.state_begin = meta.state_len = 0;
-		err = dos_checkpoint_save_manifest(folder->dir, &meta, shards, 2, NULL, 0);
+		err = _dos_checkpoint_save_manifest(folder->dir, &meta, shards, 2, NULL, 0);
 	}
-	if (dos_dp_sum(err != 0) > 0)
+	if (_dos_dp_sum(err != 0) > 0)
 		return err ? err
 			   : DOS_FAIL(-EIO, "checkpoint after step %llu: rank 0 could not write the manifest",
 				      (unsigned long long)steps_done);
@@ -245,7 +246,7 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 static int job_failed(void *arg, int err)
 {
 	(void)arg;
-	return dos_dp_sum(err != 0) > 0;
+	return _dos_dp_sum(err != 0) > 0;
 }
 
 /* Takes the checkpoint folder for the run, before anything is loaded: rank 0 locks it for
@@ -263,12 +264,12 @@ static int take_checkpoint_folder(const struct dos_train_config *cfg, struct dos
 	struct dos_run_id run = {{0}};
 	if (dp->rank == 0)
 		err = dos_run_id_new(&run);
-	if (dos_dp_size(dp) > 1) /* rank 0's identity to every rank, 24 bits at a time: exact in a double */
+	if (_dos_dp_size(dp) > 1) /* rank 0's identity to every rank, 24 bits at a time: exact in a double */
 		for (size_t i = 0; i < sizeof run.bytes; i += 3) {
 			uint32_t part = 0;
 			for (size_t k = 0; k < 3 && i + k < sizeof run.bytes; k++)
 				part |= (uint32_t)run.bytes[i + k] << (8 * k);
-			part = (uint32_t)dos_dp_sum(dp->rank == 0 ? (double)part : 0.0);
+			part = (uint32_t)_dos_dp_sum(dp->rank == 0 ? (double)part : 0.0);
 			for (size_t k = 0; k < 3 && i + k < sizeof run.bytes; k++)
 				run.bytes[i + k] = (unsigned char)(part >> (8 * k));
 		}
@@ -285,12 +286,12 @@ static int take_checkpoint_folder(const struct dos_train_config *cfg, struct dos
  * the working weights what the weight refresh makes of those master weights (once every
  * rank has loaded: the rebuild sends each rank's weights to the others). */
 static int resume_from_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model,
-				  struct dos_optimizer *opt, struct dos_corpus *corpus,
+				  struct _dos_optimizer *opt, struct dos_corpus *corpus,
 				  struct dos_checkpoint_folder *folder, uint64_t *steps_done, char *path,
 				  size_t path_size)
 {
 	struct dos_checkpoint_meta expect = checkpoint_meta(cfg, model, opt, corpus, folder, 0), got;
-	struct dos_checkpoint_search search = {.agree = dos_dp_size(&cfg->dp) > 1 ? job_failed : NULL,
+	struct dos_checkpoint_search search = {.agree = _dos_dp_size(&cfg->dp) > 1 ? job_failed : NULL,
 					       .skipped = cfg->checkpoint_skipped,
 					       .arg = cfg->checkpoint_skipped_arg};
 	if (cfg->dp.rank != 0) /* rank 0 reports for the job */
@@ -325,7 +326,7 @@ static int resume_from_checkpoint(const struct dos_train_config *cfg, const stru
 static int check_config(const struct dos_train_config *c)
 {
 	int err;
-	if ((err = dos_model_shape_check(&c->shape)))
+	if ((err = _dos_model_shape_check(&c->shape)))
 		return err;
 	if (c->micro_batch == 0)
 		return DOS_FAIL(-EINVAL, "micro_batch = 0: need at least one sequence per micro-batch");
@@ -347,26 +348,26 @@ static int check_config(const struct dos_train_config *c)
 		return DOS_FAIL(-EINVAL, "resume = %d, checkpoint_every = %llu: both need a checkpoint_dir", c->resume,
 				(unsigned long long)c->checkpoint_every);
 	/* the optimizer's own checks, before anything is loaded or allocated */
-	struct dos_optimizer_config oc = c->opt;
+	struct _dos_optimizer_config oc = c->opt;
 	oc.sched_ctx = c->sched_ctx;
-	return dos_optimizer_config_check(&oc, dos_model_param_count(&c->shape, NULL));
+	return _dos_optimizer_config_check(&oc, _dos_model_param_count(&c->shape, NULL));
 }
 
 /* The end of a submitted step, once its updates have run: the finiteness of the state
  * they wrote, then the step's loss and progress. */
-static int finish_step(const struct dos_train_config *cfg, struct dos_optimizer *opt, struct pending_step *q,
+static int finish_step(const struct dos_train_config *cfg, struct _dos_optimizer *opt, struct pending_step *q,
 		       double start, struct dos_train_output *out)
 {
 	/* each rank checks the subgroups it updated; all stop when one finds a NaN */
 	int err = check_update_finite(opt, &q->report, q->step);
-	if (dos_dp_sum(err != 0) > 0)
+	if (_dos_dp_sum(err != 0) > 0)
 		return err ? err
 			   : DOS_FAIL(-ERANGE,
 				      "after step %llu another rank's optimizer state is not finite; training stopped",
 				      (unsigned long long)q->step);
 	if (cfg->dp.rank != 0) /* rank 0 reads the job's losses and reports */
 		return 0;
-	uint32_t A = cfg->accumulation * (uint32_t)dos_dp_size(&cfg->dp),
+	uint32_t A = cfg->accumulation * (uint32_t)_dos_dp_size(&cfg->dp),
 		 tokens = cfg->micro_batch * cfg->shape.seq_len;
 	double loss = collect_loss(q->loss, A, tokens), eval_loss = NAN;
 	if (q->evaluated)
@@ -396,10 +397,10 @@ static int finish_step(const struct dos_train_config *cfg, struct dos_optimizer 
 static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folder *folder, struct dos_train_output *out)
 {
 	int err;
-	uint64_t params = dos_model_param_count(&cfg->shape, NULL);
+	uint64_t params = _dos_model_param_count(&cfg->shape, NULL);
 	/* the global batch: micro-batches [first_mb, first_mb + accumulation) are this rank's */
 	const struct dos_data_parallel *dp = &cfg->dp;
-	int ranks = dos_dp_size(dp), reporter = dp->rank == 0;
+	int ranks = _dos_dp_size(dp), reporter = dp->rank == 0;
 	if ((uint64_t)cfg->accumulation * (uint64_t)ranks > UINT32_MAX)
 		return DOS_FAIL(-EINVAL, "accumulation = %u micro-batches on each of %d ranks: too many per step",
 				cfg->accumulation, ranks);
@@ -412,8 +413,8 @@ static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folde
 
 	struct dos_corpus corpus;
 	struct dos_model model;
-	struct dos_optimizer opt;
-	if ((err = dos_corpus_load(&corpus, cfg->data_path, cfg->shape.seq_len, cfg->seed))) {
+	struct _dos_optimizer opt;
+	if ((err = _dos_corpus_load(&corpus, cfg->data_path, cfg->shape.seq_len, cfg->seed))) {
 		free(loss_slots);
 		return err;
 	}
@@ -421,8 +422,8 @@ static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folde
 	uint32_t E = 0;
 	if (cfg->eval_fraction > 0) {
 		starpu_data_handle_t *grown = NULL;
-		if (!(err = dos_corpus_hold_out(&corpus, cfg->eval_fraction, cfg->micro_batch, cfg->shape.seq_len,
-						&E))) {
+		if (!(err = _dos_corpus_hold_out(&corpus, cfg->eval_fraction, cfg->micro_batch, cfg->shape.seq_len,
+						 &E))) {
 			if (cfg->eval_batches && cfg->eval_batches < E)
 				E = cfg->eval_batches;
 			if (!(grown = realloc(loss_slots, 2 * ((size_t)A + E) * sizeof *loss_slots)))
@@ -430,22 +431,22 @@ static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folde
 					       E);
 		}
 		if (err) {
-			dos_corpus_free(&corpus);
+			_dos_corpus_free(&corpus);
 			free(loss_slots);
 			return err;
 		}
 		loss_slots = grown;
 		memset(loss_slots + 2 * (size_t)A, 0, 2 * (size_t)E * sizeof *loss_slots);
 	}
-	if ((err = dos_model_create(&model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->opt.weight_dtype,
-				    cfg->checkpoint_activations, cfg->sched_ctx))) {
-		dos_corpus_free(&corpus);
+	if ((err = _dos_model_create(&model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->opt.weight_dtype,
+				     cfg->checkpoint_activations, cfg->sched_ctx))) {
+		_dos_corpus_free(&corpus);
 		free(loss_slots);
 		return err;
 	}
 	model.hook = cfg->hook;
 	model.hook_arg = cfg->hook_arg;
-	struct dos_optimizer_config oc = cfg->opt;
+	struct _dos_optimizer_config oc = cfg->opt;
 	oc.sched_ctx = cfg->sched_ctx;
 	oc.dp = cfg->dp;
 	/* mixed precision: the model computes in the 16-bit weight dtype on 16-bit working
@@ -461,16 +462,16 @@ static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folde
 			err = DOS_FAIL(-ENOMEM, "no memory for the %llu fp32 initial master weights",
 				       (unsigned long long)model.nparams);
 		else
-			dos_model_init_weights(&cfg->shape, cfg->seed, initial);
+			_dos_model_init_weights(&cfg->shape, cfg->seed, initial);
 	}
 	if (!err)
-		err = dos_optimizer_create(&opt, &oc, model.ntensors, model.numel, model.weight, model.grad,
-					   initial ? initial : (const float *)model.weights);
+		err = _dos_optimizer_create(&opt, &oc, model.ntensors, model.numel, model.weight, model.grad,
+					    initial ? initial : (const float *)model.weights);
 	if (initial != model.weights)
 		free(initial);
 	if (err) {
-		dos_model_destroy(&model);
-		dos_corpus_free(&corpus);
+		_dos_model_destroy(&model);
+		_dos_corpus_free(&corpus);
 		free(loss_slots);
 		return err;
 	}
@@ -482,14 +483,14 @@ static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folde
 	if (cfg->resume && DOS_VALUES_ARE_REAL)
 		err = resume_from_checkpoint(cfg, &model, &opt, &corpus, folder, &first_step,
 					     out ? out->resumed_path : NULL, out ? sizeof out->resumed_path : 0);
-	if (dos_dp_sum(err != 0) > 0 && !err) /* every rank resumes, or none */
+	if (_dos_dp_sum(err != 0) > 0 && !err) /* every rank resumes, or none */
 		err = DOS_FAIL(-EIO, "--resume: another rank could not load its part of the checkpoint");
 	if (!err && first_step > 0)
-		dos_optimizer_rebuild_weights(&opt);
+		_dos_optimizer_rebuild_weights(&opt);
 	if (err) {
-		dos_optimizer_destroy(&opt);
-		dos_model_destroy(&model);
-		dos_corpus_free(&corpus);
+		_dos_optimizer_destroy(&opt);
+		_dos_model_destroy(&model);
+		_dos_corpus_free(&corpus);
 		free(loss_slots);
 		return err;
 	}
@@ -512,21 +513,21 @@ static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folde
 		/* the sum of the gradients of the micro-batches before ours, which ours add to */
 		if (first_mb > 0)
 			for (uint32_t t = 0; t < model.ntensors; t++)
-				dos_dp_recv(model.grad[t], dp->rank - 1, DOS_DP_TENSOR_GRAD, t);
+				_dos_dp_recv(model.grad[t], dp->rank - 1, DOS_DP_TENSOR_GRAD, t);
 		for (uint32_t g = 0; g < A && !err; g++) {
 			uint64_t loss_tag = g + (uint64_t)A * (k % 2);
 			if (g < first_mb || g >= first_mb + cfg->accumulation) {
-				dos_corpus_skip_batch(&corpus, cfg->micro_batch);
+				_dos_corpus_skip_batch(&corpus, cfg->micro_batch);
 				if (reporter) /* another rank's micro-batch: its losses come here */
 					receive_loss(&p->loss[g], tokens, (int)(g / cfg->accumulation), DOS_DP_LOSS,
 						     loss_tag);
 				continue;
 			}
 			starpu_data_handle_t ids, targets, loss;
-			if ((err = dos_corpus_next_batch(&corpus, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx,
-							 &ids, &targets)))
+			if ((err = _dos_corpus_next_batch(&corpus, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx,
+							  &ids, &targets)))
 				break;
-			if ((err = dos_model_submit_microbatch(&model, ids, targets, grad_scale, g > 0, &loss)))
+			if ((err = _dos_model_submit_microbatch(&model, ids, targets, grad_scale, g > 0, &loss)))
 				break;
 			deliver_loss(loss, reporter, &p->loss[g], DOS_DP_LOSS, loss_tag);
 		}
@@ -534,9 +535,9 @@ static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folde
 			break;
 		if (first_mb + cfg->accumulation < A)
 			for (uint32_t t = 0; t < model.ntensors; t++)
-				dos_dp_send(model.grad[t], dp->rank + 1, DOS_DP_TENSOR_GRAD, t);
+				_dos_dp_send(model.grad[t], dp->rank + 1, DOS_DP_TENSOR_GRAD, t);
 		p->step = k + 1;
-		if ((err = dos_optimizer_submit_step(&opt, &p->report)))
+		if ((err = _dos_optimizer_submit_step(&opt, &p->report)))
 			break;
 		/* The step has read the tensor gradients (gathered, or sent on); the next
 		 * backward writes them before reading them (its first micro-batch does not
@@ -578,13 +579,13 @@ static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folde
 		copy_home(opt.v_h, f, e, opt.v, DOS_FP32, out->v ? out->v + b : NULL, n);
 		copy_home(model.weight, 0, model.ntensors, model.weights, model.dtype, out->weights, params);
 	}
-	dos_optimizer_destroy(&opt);
-	dos_model_destroy(&model);
-	dos_corpus_free(&corpus);
+	_dos_optimizer_destroy(&opt);
+	_dos_model_destroy(&model);
+	_dos_corpus_free(&corpus);
 	return err;
 }
 
-int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out)
+int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out)
 {
 	int err;
 	if (!cfg)

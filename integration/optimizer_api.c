@@ -62,7 +62,7 @@ struct task_record {
 };
 
 struct dos_opt {
-	struct dos_optimizer inner;
+	struct _dos_optimizer inner;
 	uint32_t ntensors;
 	uint64_t *numel;
 	starpu_data_handle_t *weight, *grad; /* [ntensors], handed to inner */
@@ -470,7 +470,7 @@ static void teardown(struct dos_opt *opt, int inner_made, int lock_made)
 	dos_checkpoint_folder_release(&opt->folder);
 	free(opt->buffers);
 	if (inner_made)
-		dos_optimizer_destroy(&opt->inner);
+		_dos_optimizer_destroy(&opt->inner);
 	for (uint32_t t = 0; t < opt->ntensors; t++) {
 		if (opt->weight_node && opt->weight_node[t] >= 0)
 			starpu_data_unregister(opt->weight[t]);
@@ -563,7 +563,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 	uint64_t nparams = 0;
 	for (uint32_t t = 0; t < ntensors; t++)
 		nparams += tensors[t].numel;
-	struct dos_optimizer_config oc = {
+	struct _dos_optimizer_config oc = {
 		.subgroup_size = cfg->subgroup_size < nparams ? cfg->subgroup_size : nparams,
 		.weight_dtype = cfg->weight_dtype,
 		.grad_dtype = cfg->grad_dtype,
@@ -576,7 +576,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 		.loss_scale_init = cfg->loss_scale_init,
 		.loss_scale_window = cfg->loss_scale_window,
 	};
-	if ((err = dos_optimizer_config_check(&oc, nparams)))
+	if ((err = _dos_optimizer_config_check(&oc, nparams)))
 		return err;
 
 	struct dos_opt *opt = calloc(1, sizeof *opt);
@@ -626,7 +626,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 	}
 	read_initial_weights(opt, cfg->tensor_dtype, initial);
 	oc.sched_ctx = opt->sched_ctx;
-	err = dos_optimizer_create(&opt->inner, &oc, ntensors, opt->numel, opt->weight, opt->grad, initial);
+	err = _dos_optimizer_create(&opt->inner, &oc, ntensors, opt->numel, opt->weight, opt->grad, initial);
 	free(initial);
 	if (err) {
 		teardown(opt, 0, 1);
@@ -677,8 +677,8 @@ int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
 	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
 	opt->submitting = a;
 	opt->gathers_seen = opt->updates_seen = 0;
-	struct dos_step_report r;
-	int err = dos_optimizer_submit_step(&opt->inner, &r);
+	struct _dos_step_report r;
+	int err = _dos_optimizer_submit_step(&opt->inner, &r);
 	opt->submitting = NULL;
 	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
 	publish_if_done(opt, a);
@@ -699,7 +699,7 @@ int dos_opt_set_lr(dos_opt_t opt, double lr)
 {
 	if (!opt)
 		return DOS_FAIL(-EINVAL, "opt is NULL");
-	return dos_optimizer_set_lr(&opt->inner, lr);
+	return _dos_optimizer_set_lr(&opt->inner, lr);
 }
 
 int dos_opt_wait(dos_opt_t opt)
@@ -722,7 +722,7 @@ int dos_opt_get_info(dos_opt_t opt, struct dos_opt_info *out)
 {
 	if (!opt || !out)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, out %p)", (void *)opt, (void *)out);
-	const struct dos_optimizer *in = &opt->inner;
+	const struct _dos_optimizer *in = &opt->inner;
 	*out = (struct dos_opt_info){.nparams = in->map.nparams,
 				     .subgroup_size = in->map.subgroup_size,
 				     .ntensors = in->map.ntensors,
@@ -768,13 +768,13 @@ int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_
 	if (count != opt->inner.map.nparams)
 		return DOS_FAIL(-EINVAL, "count = %llu but the optimizer has %llu parameters",
 				(unsigned long long)count, (unsigned long long)opt->inner.map.nparams);
-	dos_optimizer_hold_state(&opt->inner, STARPU_R);
+	_dos_optimizer_hold_state(&opt->inner, STARPU_R);
 	float *to[] = {master, m, v};
 	const float *from[] = {opt->inner.master, opt->inner.m, opt->inner.v};
 	for (int i = 0; i < 3; i++)
 		if (to[i])
 			memcpy(to[i], from[i], count * sizeof(float));
-	dos_optimizer_release_state(&opt->inner);
+	_dos_optimizer_release_state(&opt->inner);
 	return 0;
 }
 
@@ -784,7 +784,7 @@ int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_
  * data_rng stay 0). */
 static struct dos_checkpoint_meta checkpoint_meta(const struct dos_opt *opt)
 {
-	const struct dos_optimizer *in = &opt->inner;
+	const struct _dos_optimizer *in = &opt->inner;
 	return (struct dos_checkpoint_meta){.nparams = in->map.nparams,
 					    .subgroup_size = in->map.subgroup_size,
 					    .ntensors = in->map.ntensors,
@@ -837,13 +837,13 @@ int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, 
 	int err = take_folder(opt, dir);
 	if (err)
 		return err;
-	dos_optimizer_hold_state(&opt->inner, STARPU_R);
+	_dos_optimizer_hold_state(&opt->inner, STARPU_R);
 	struct dos_checkpoint_meta meta = checkpoint_meta(opt);
-	err = dos_optimizer_check_finite(&opt->inner, opt->steps_submitted);
+	err = _dos_optimizer_check_finite(&opt->inner, opt->steps_submitted);
 	if (!err)
-		err = dos_checkpoint_save(opt->folder.dir, &meta, opt->inner.master, opt->inner.m, opt->inner.v, keep,
-					  path_out, path_out ? path_size : 0);
-	dos_optimizer_release_state(&opt->inner);
+		err = _dos_checkpoint_save(opt->folder.dir, &meta, opt->inner.master, opt->inner.m, opt->inner.v, keep,
+					   path_out, path_out ? path_size : 0);
+	_dos_optimizer_release_state(&opt->inner);
 	return err;
 }
 
@@ -854,9 +854,9 @@ int dos_opt_load(dos_opt_t opt, const char *path)
 	/* the last refreshes still read the state: they must see the old one */
 	wait_idle(opt);
 	/* read-write and home: the loaded values replace every copy, wherever it is */
-	dos_optimizer_hold_state(&opt->inner, STARPU_RW);
+	_dos_optimizer_hold_state(&opt->inner, STARPU_RW);
 	struct dos_checkpoint_meta expect = checkpoint_meta(opt), got;
-	int err = dos_checkpoint_load(path, &expect, &got, opt->inner.master, opt->inner.m, opt->inner.v);
+	int err = _dos_checkpoint_load(path, &expect, &got, opt->inner.master, opt->inner.m, opt->inner.v);
 	if (!err) {
 		opt->inner.step = got.step;
 		opt->inner.skipped_steps = got.skipped_steps;
@@ -870,10 +870,10 @@ int dos_opt_load(dos_opt_t opt, const char *path)
 		opt->run = got.run;
 		opt->loaded = 1;
 	}
-	dos_optimizer_release_state(&opt->inner);
+	_dos_optimizer_release_state(&opt->inner);
 	if (err)
 		return err;
-	dos_optimizer_rebuild_weights(&opt->inner);
+	_dos_optimizer_rebuild_weights(&opt->inner);
 	return 0;
 }
 

@@ -86,7 +86,7 @@ static void run(const char *corpus, const char *dir, uint64_t steps, struct plan
 		.hook = hook,
 		.hook_arg = &plant,
 	};
-	int err = dos_train_run(&cfg, NULL);
+	int err = _dos_train_run(&cfg, NULL);
 	uint64_t latest = dir ? latest_checkpoint_and_clear(dir) : 0;
 	if (!plant.step) {
 		CHECK(err == 0, "a clean run failed: %s", dos_last_error());

@@ -431,7 +431,7 @@ static int write_dump(const char *path, const struct dos_train_output *out, uint
 	int ok = dp->rank != 0 || fd >= 0;
 	if (!ok)
 		fprintf(stderr, "dos-train: --dump %s: %s\n", tmp, strerror(errno));
-	dos_dp_barrier(); /* the file exists before the other ranks open it */
+	_dos_dp_barrier(); /* the file exists before the other ranks open it */
 	if (dp->rank != 0)
 		ok = (fd = open(tmp, O_WRONLY)) >= 0;
 	const float *arrays[] = {out->master, out->m, out->v, out->weights};
@@ -445,7 +445,7 @@ static int write_dump(const char *path, const struct dos_train_output *out, uint
 	}
 	if (fd >= 0)
 		ok &= close(fd) == 0;
-	ok = dos_dp_sum(ok) == dos_dp_size(dp); /* every rank wrote its part */
+	ok = _dos_dp_sum(ok) == _dos_dp_size(dp); /* every rank wrote its part */
 	if (dp->rank == 0 && (!ok || rename(tmp, path) != 0)) {
 		fprintf(stderr, "dos-train: --dump %s: writing failed\n", path);
 		unlink(tmp);
@@ -461,8 +461,8 @@ static void print_rank_share(const struct dos_train_config *cfg, uint64_t params
 {
 	uint64_t size = cfg->opt.subgroup_size, begin, mine;
 	uint32_t first, end;
-	dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, (uint32_t)((params + size - 1) / size), &first, &end);
-	dos_dp_owned_params(&cfg->dp, cfg->dp.rank, params, size, &begin, &mine);
+	_dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, (uint32_t)((params + size - 1) / size), &first, &end);
+	_dos_dp_owned_params(&cfg->dp, cfg->dp.rank, params, size, &begin, &mine);
 	char host[256] = "?";
 	gethostname(host, sizeof host - 1);
 	printf("dos-train: rank %d of %d on %s (%u CPU + %u CUDA workers): subgroups [%u, %u), optimizer state "
@@ -477,7 +477,7 @@ static void print_rank_share(const struct dos_train_config *cfg, uint64_t params
 static void shutdown_runtime(const struct dos_data_parallel *dp)
 {
 	if (dp->nranks > 0)
-		dos_dp_shutdown();
+		_dos_dp_shutdown();
 	else
 		starpu_shutdown();
 }
@@ -609,13 +609,13 @@ static int start_starpu(struct train_options *o, int *argc, char ***argv, struct
 	else
 		conf.sched_policy_name = requested;
 	/* under mpirun or srun: a data-parallel job over StarPU-MPI, one rank per process */
-	int err, launched = !o->simulate && dos_dp_launched();
-	if (launched && !dos_dp_available()) {
+	int err, launched = !o->simulate && _dos_dp_launched();
+	if (launched && !_dos_dp_available()) {
 		fprintf(stderr, "dos-train: launched by mpirun or srun, but built without StarPU-MPI: each process "
 				"would train alone; rebuild with MPI (configure --with-mpi)\n");
 		return 2;
 	}
-	err = launched ? dos_dp_init(argc, argv, &conf, &cfg->dp, binding) : starpu_init(&conf);
+	err = launched ? _dos_dp_init(argc, argv, &conf, &cfg->dp, binding) : starpu_init(&conf);
 	if (err) {
 		char why[900];
 		fprintf(stderr, "dos-train: %s\n",
@@ -651,7 +651,7 @@ static void print_header(const struct train_options *o, const struct dos_train_c
 			 const struct dos_rank_binding *binding)
 {
 	uint64_t params = o->params;
-	int ranks = dos_dp_size(&cfg->dp);
+	int ranks = _dos_dp_size(&cfg->dp);
 	unsigned ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
 	unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
 	if (ranks > 1) /* before the job's header, which rank 0 prints */
@@ -666,8 +666,8 @@ static void print_header(const struct train_options *o, const struct dos_train_c
 	       (unsigned long long)cfg->steps, cfg->accumulation * ranks, cfg->micro_batch,
 	       ranks > 1 ? " (the global batch)" : "", o->precision, running, ncpu, ncuda, cfg->data_path);
 	/* what mixed precision saves: 16-bit activations are half of fp32's */
-	uint64_t act_bytes = dos_model_activation_bytes(&cfg->shape, cfg->micro_batch, cfg->opt.weight_dtype,
-							cfg->checkpoint_activations);
+	uint64_t act_bytes = _dos_model_activation_bytes(&cfg->shape, cfg->micro_batch, cfg->opt.weight_dtype,
+							 cfg->checkpoint_activations);
 	printf("dos-train: model computes in %s: activations %llu bytes (%.1f MiB) per micro-batch at their peak\n",
 	       dos_dtype_name(cfg->opt.weight_dtype), (unsigned long long)act_bytes, act_bytes / 1048576.0);
 	fflush(stdout);
@@ -683,19 +683,19 @@ static void print_header(const struct train_options *o, const struct dos_train_c
 static void print_summary(const struct train_options *o, const struct dos_train_config *cfg,
 			  const struct dos_train_output *out, struct progress *pr, struct accounting *acc)
 {
-	int ranks = dos_dp_size(&cfg->dp);
+	int ranks = _dos_dp_size(&cfg->dp);
 	uint64_t steps_run = cfg->steps > out->resumed_from ? cfg->steps - out->resumed_from : 0;
 	if (out->resumed_from)
 		printf("dos-train: resumed after step %llu from %s\n", (unsigned long long)out->resumed_from,
 		       out->resumed_path);
 	uint64_t tokens = steps_run * (uint64_t)cfg->accumulation * ranks * cfg->micro_batch * cfg->shape.seq_len;
 	for (int p = 0; p < PHASE_COUNT; p++) /* the job's, over every rank's workers */
-		acc->busy[p] = dos_dp_sum(acc->busy[p]);
-	acc->updates_cpu = (uint64_t)dos_dp_sum((double)acc->updates_cpu);
-	acc->updates_gpu = (uint64_t)dos_dp_sum((double)acc->updates_gpu);
+		acc->busy[p] = _dos_dp_sum(acc->busy[p]);
+	acc->updates_cpu = (uint64_t)_dos_dp_sum((double)acc->updates_cpu);
+	acc->updates_gpu = (uint64_t)_dos_dp_sum((double)acc->updates_gpu);
 	for (int g = 0; g < 2; g++) {
-		acc->product_flops[g] = dos_dp_sum(acc->product_flops[g]);
-		acc->product_seconds[g] = dos_dp_sum(acc->product_seconds[g]);
+		acc->product_flops[g] = _dos_dp_sum(acc->product_flops[g]);
+		acc->product_seconds[g] = _dos_dp_sum(acc->product_seconds[g]);
 	}
 	if (steps_run == 0) {
 		printf("summary: nothing to do: the checkpoint is at step %llu, --steps is %llu\n",
@@ -754,7 +754,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	struct dos_train_config *cfg = &opts.cfg;
-	if (dos_model_shape_check(&cfg->shape) != 0) { /* before StarPU starts */
+	if (_dos_model_shape_check(&cfg->shape) != 0) { /* before StarPU starts */
 		fprintf(stderr, "dos-train: %s\n", dos_last_error());
 		return 2;
 	}
@@ -811,7 +811,7 @@ int main(int argc, char **argv)
 	if (!reporter && !freopen("/dev/null", "w", stdout)) /* rank 0 reports the job */
 		pr.quiet = 1;
 
-	err = dos_train_run(cfg, &out);
+	err = _dos_train_run(cfg, &out);
 	if (pr.tty && !pr.quiet)
 		printf("\n");
 	if (err) {

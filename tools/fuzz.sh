@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bounded libFuzzer runs under ASan and UBSan, one after the other, each given about half
 # of SECONDS:
-#   checkpoint  the checkpoint reader (dos_checkpoint_load, graph/checkpoint.c):
+#   checkpoint  the checkpoint reader (_dos_checkpoint_load, graph/checkpoint.c):
 #               tests/fuzz/fuzz_checkpoint.c with graph/checkpoint.c, integration/files.c,
 #               base/errors.c
 #               and codelets/dtype.c; seeds: valid checkpoints;
@@ -82,7 +82,7 @@ prepare_checkpoint() {
 		"$top/codelets/dtype.c" -lpthread -o "$bin.new"
 	mv "$bin.new" "$bin"
 
-	# Seeds: valid checkpoints written by dos_checkpoint_save itself, fresh every run,
+	# Seeds: valid checkpoints written by _dos_checkpoint_save itself, fresh every run,
 	rm -rf "$work/seeds"
 	mkdir -p "$work/seeds"
 	DOS_FUZZ_WRITE_SEEDS=$work/seeds "$bin" || die "writing the checkpoint seed corpus failed"
