@@ -1,5 +1,5 @@
 /* The step planner and the bound on made-up machines whose answers are known: the 20B
- * example of dos-algorithm.md (one rank of the 4xH100 node: 50 subgroups of 1e8, all-CPU
+ * example of docs/background.md (one rank of the 4xH100 node: 50 subgroups of 1e8, all-CPU
  * update 2.27 s, 25 GB/s each way, GPU Adam at 1e11 params/s, gradients and 16-bit
  * weights on the GPU). There the best split without resident state puts ~44% of the
  * subgroups on the GPU for ~1.28 s, and 20 GB / 40 GB of resident state bring the bound

@@ -193,12 +193,12 @@ MACHINES = {
             "1 H100 80 GB, 48 cores, PCIe Gen5",
             gpu_model="NVIDIA H100 80GB HBM3",
             cores=Num(
-                48, "cores", "assumption", "one rank's share of the node, as mission.md and the task brief describe it"
+                48, "cores", "assumption", "one rank's share of the node, as docs/background.md describes it"
             ),
             cpu_workers=ONE_CPU_WORKER,
             host_mem=Num(None, "B", "unknown", "not published in our sources; the simulation does not use it"),
             host_bw=derived_host_bw(
-                5e9, 2.27, "dos-algorithm.md: all-CPU step of the 20B model, one rank, ZeRO-3 log: 2271 ms"
+                5e9, 2.27, "docs/background.md: all-CPU step of the 20B model, one rank, ZeRO-3 log: 2271 ms"
             ),
             gpu_mem=Num(
                 81559 * MIB,
@@ -210,14 +210,14 @@ MACHINES = {
                 100e9 * ADAM_BYTES,
                 "B/s",
                 "derived",
-                "dos-algorithm.md: GPU Adam ~100 G params/s on H100 (~1 ms per 1e8) x 28 B/param; "
+                "docs/background.md: GPU Adam ~100 G params/s on H100 (~1 ms per 1e8) x 28 B/param; "
                 "0.84 of the 3.35 TB/s datasheet HBM3 bandwidth",
             ),
             pcie_h2d=Num(
                 25 * GB,
                 "B/s",
                 "published",
-                "dos-algorithm.md worked example: 25 GB/s each way (the logs' best setting sustained ~19 GB/s)",
+                "docs/background.md worked example: 25 GB/s each way (the logs' best setting sustained ~19 GB/s)",
             ),
             pcie_d2h=Num(25 * GB, "B/s", "published", "as H2D: PCIe is full duplex"),
             pcie_latency=PCIE_LATENCY,
@@ -244,7 +244,7 @@ MACHINES = {
             cores=Num(None, "cores", "unknown", "not published in our sources; the CPU is modelled by its bandwidth"),
             cpu_workers=ONE_CPU_WORKER,
             host_mem=Num(None, "B", "unknown", "not published in our sources; the simulation does not use it"),
-            host_bw=derived_host_bw(5e9, 5.20, "dos-algorithm.md: 4xA100 all-CPU step of the 20B model, 5.20 s"),
+            host_bw=derived_host_bw(5e9, 5.20, "docs/background.md: 4xA100 all-CPU step of the 20B model, 5.20 s"),
             gpu_mem=Num(
                 40960 * MIB,
                 "B",
@@ -303,14 +303,14 @@ MACHINES = {
                 4.3e12,
                 "B/s",
                 "measured",
-                "adam.md: ~4.3 TB/s device-to-device copy measured on this H200 (4.8 TB/s datasheet); "
+                "docs/background.md: ~4.3 TB/s device-to-device copy measured on this H200 (4.8 TB/s datasheet); "
                 "GPU Adam assumed to reach it until dos_adam's CUDA model is calibrated",
             ),
             pcie_h2d=Num(
                 50 * GB,
                 "B/s",
                 "estimate",
-                "adam.md: ~50 GB/s per direction on Gen5 x16; replace with StarPU's bus calibration",
+                "docs/background.md: ~50 GB/s per direction on Gen5 x16; replace with StarPU's bus calibration",
             ),
             pcie_d2h=Num(50 * GB, "B/s", "estimate", "as H2D: PCIe is full duplex"),
             pcie_latency=PCIE_LATENCY,
