@@ -1631,7 +1631,7 @@ int dos_checkpoint_newest_valid(const char *dir, const struct dos_checkpoint_sea
 #define LOCK_NAME ".starpu-dos.lock"
 
 /* Whether `name` is the temporary file of a save (save_atomically's ".<name>.tmp-<pid>")
- * or a probe of the folder (integration/files.c). */
+ * or a probe of the folder (base/files.c). */
 static int is_temporary(const char *name)
 {
 	return (strncmp(name, ".checkpoint-", 12) == 0 && strstr(name, ".dos.tmp-")) ||

@@ -1,4 +1,4 @@
-/* Numbers from text (integration/parse.h): base 10 only, whole numbers as digits and
+/* Numbers from text (base/parse.h): base 10 only, whole numbers as digits and
  * nothing else, decimal numbers as strtod reads them less hexadecimal, inf, nan and
  * white space; a refused text leaves the output as it was. */
 #include <errno.h>
