@@ -33,7 +33,7 @@
  *    136  float64   hp.weight_decay
  *    144  uint64    state_begin: the sections hold parameters [state_begin, state_begin + L)
  *    152  uint64    state_len L
- *    160  uint8[16] the run's identity (struct dos_run_id; all zeros: unknown)
+ *    160  uint8[16] the run's identity (struct _dos_run_id; all zeros: unknown)
  *    176  uint64    numel[n]
  *  176+8n uint32    CRC32C of header bytes [0, header_len - 4)
  *
@@ -451,7 +451,7 @@ static int n_is_kept(uint64_t n, const uint64_t *kept, size_t count)
 	return 0;
 }
 
-static int file_identity(const char *dir, const char *name, struct dos_run_id *run, char *why, size_t why_size);
+static int file_identity(const char *dir, const char *name, struct _dos_run_id *run, char *why, size_t why_size);
 
 /* Deletes the checkpoints of `run` in `dir` beyond the `keep` highest N, but never
  * `written`, the one just saved (a run resumed from an older checkpoint than its
@@ -460,7 +460,7 @@ static int file_identity(const char *dir, const char *name, struct dos_run_id *r
  * shards and the manifest), up to the one just written. Files of another run, or whose
  * run cannot be read, are never touched. */
 static int remove_old_checkpoints(const char *dir, int dfd, const char *saved, uint64_t written, unsigned keep,
-				  const struct dos_run_id *run)
+				  const struct _dos_run_id *run)
 {
 	uint64_t *ns;
 	size_t count;
@@ -470,9 +470,9 @@ static int remove_old_checkpoints(const char *dir, int dfd, const char *saved, u
 	char name[160], why[16];
 	size_t ours = 0;
 	for (size_t i = 0; i < count; i++) { /* this run's, still highest first */
-		struct dos_run_id id;
+		struct _dos_run_id id;
 		snprintf(name, sizeof name, "checkpoint-%" PRIu64 ".dos", ns[i]);
-		if (file_identity(dir, name, &id, why, sizeof why) == 0 && dos_run_id_equal(&id, run))
+		if (file_identity(dir, name, &id, why, sizeof why) == 0 && _dos_run_id_equal(&id, run))
 			ns[ours++] = ns[i];
 	}
 	int removed = 0;
@@ -492,9 +492,9 @@ static int remove_old_checkpoints(const char *dir, int dfd, const char *saved, u
 	for (struct dirent *e; d && !err && (e = readdir(d));) {
 		uint64_t n;
 		int shard;
-		struct dos_run_id id;
+		struct _dos_run_id id;
 		if (!parse_checkpoint_name(e->d_name, &n, &shard) || !shard || n >= written || n_is_kept(n, ns, kept) ||
-		    file_identity(dir, e->d_name, &id, why, sizeof why) != 0 || !dos_run_id_equal(&id, run))
+		    file_identity(dir, e->d_name, &id, why, sizeof why) != 0 || !_dos_run_id_equal(&id, run))
 			continue;
 		if (unlinkat(dfd, e->d_name, 0) == 0)
 			removed = 1;
@@ -692,7 +692,7 @@ struct shard_entry {
 struct manifest {
 	uint32_t nshards;
 	uint64_t nparams, steps_done;
-	struct dos_run_id run;
+	struct _dos_run_id run;
 	struct shard_entry *shards;
 };
 
@@ -759,10 +759,10 @@ int _dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_m
 				       ", expected from %" PRIu64 " after step %" PRIu64,
 				       path, mf.shards[i].begin, get_u64(fixed, OFF_STEPS_DONE), next,
 				       meta->steps_done);
-		else if (!dos_run_id_equal(&shard.run, &meta->run)) {
+		else if (!_dos_run_id_equal(&shard.run, &meta->run)) {
 			char theirs[DOS_RUN_ID_TEXT], ours[DOS_RUN_ID_TEXT];
 			err = DOS_FAIL(-EINVAL, "shard %s is of run %s, not of this run %s", path,
-				       dos_run_id_text(&shard.run, theirs), dos_run_id_text(&meta->run, ours));
+				       _dos_run_id_text(&shard.run, theirs), _dos_run_id_text(&meta->run, ours));
 		}
 		next += mf.shards[i].len;
 	}
@@ -1417,7 +1417,7 @@ int _dos_checkpoint_latest(const char *dir, char *path, size_t path_size)
 
 /* ---- run identities -------------------------------------------------------------------- */
 
-int dos_run_id_new(struct dos_run_id *run)
+int _dos_run_id_new(struct _dos_run_id *run)
 {
 	size_t got = 0;
 	while (got < sizeof run->bytes) {
@@ -1429,25 +1429,25 @@ int dos_run_id_new(struct dos_run_id *run)
 					n < 0 ? strerror(errno) : "no bytes");
 		got += (size_t)n;
 	}
-	if (!dos_run_id_known(run)) /* all zeros means unknown: never drawn as an identity */
+	if (!_dos_run_id_known(run)) /* all zeros means unknown: never drawn as an identity */
 		run->bytes[0] = 1;
 	return 0;
 }
 
-int dos_run_id_equal(const struct dos_run_id *a, const struct dos_run_id *b)
+int _dos_run_id_equal(const struct _dos_run_id *a, const struct _dos_run_id *b)
 {
 	return memcmp(a->bytes, b->bytes, sizeof a->bytes) == 0;
 }
 
-int dos_run_id_known(const struct dos_run_id *run)
+int _dos_run_id_known(const struct _dos_run_id *run)
 {
-	static const struct dos_run_id unknown;
-	return !dos_run_id_equal(run, &unknown);
+	static const struct _dos_run_id unknown;
+	return !_dos_run_id_equal(run, &unknown);
 }
 
-const char *dos_run_id_text(const struct dos_run_id *run, char text[DOS_RUN_ID_TEXT])
+const char *_dos_run_id_text(const struct _dos_run_id *run, char text[DOS_RUN_ID_TEXT])
 {
-	if (!dos_run_id_known(run)) {
+	if (!_dos_run_id_known(run)) {
 		snprintf(text, DOS_RUN_ID_TEXT, "(unknown: saved before runs had identities)");
 		return text;
 	}
@@ -1470,7 +1470,7 @@ static void shorten_reason(char *why, const char *path)
  * alone (whose CRC is checked; its data is not read). Returns 0, or a negative errno with
  * what is wrong in why (and not printed, nor left in dos_last_error: an unreadable file
  * is the caller's finding, not an error). */
-static int file_identity(const char *dir, const char *name, struct dos_run_id *run, char *why, size_t why_size)
+static int file_identity(const char *dir, const char *name, struct _dos_run_id *run, char *why, size_t why_size)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -1585,8 +1585,8 @@ static void add_reason(char *list, size_t size, const char *name, const char *wh
 		snprintf(list + (size - 5), 5, "...");
 }
 
-int dos_checkpoint_newest_valid(const char *dir, const struct dos_checkpoint_search *search, char *path,
-				size_t path_size)
+int _dos_checkpoint_newest_valid(const char *dir, const struct _dos_checkpoint_search *search, char *path,
+				 size_t path_size)
 {
 	if (!dir)
 		return DOS_FAIL(-EINVAL, "dir is NULL");
@@ -1659,7 +1659,7 @@ static void remove_stale_temporaries(const char *dir)
 }
 
 /* Locks dir's LOCK_NAME for this process, writing "pid P on HOST" into it. */
-static int lock_folder(struct dos_checkpoint_folder *f)
+static int lock_folder(struct _dos_checkpoint_folder *f)
 {
 	char path[PATH_MAX], host[256] = "?", holder[160] = "";
 	if (snprintf(path, sizeof path, "%s/%s", f->dir, LOCK_NAME) >= (int)sizeof path)
@@ -1681,7 +1681,7 @@ static int lock_folder(struct dos_checkpoint_folder *f)
 				   !strcmp(on, host);
 			close(fd);
 			return _dos_fail(
-				-EBUSY, "dos_checkpoint_folder_take",
+				-EBUSY, "_dos_checkpoint_folder_take",
 				"checkpoint folder %s is in use by %s (%s): a folder takes one run at a time; wait "
 				"for it to end, or use another folder",
 				f->dir, ours ? "this process (another optimizer?)" : "another process",
@@ -1702,11 +1702,11 @@ static int lock_folder(struct dos_checkpoint_folder *f)
 	return 1;
 }
 
-int dos_checkpoint_folder_take(struct dos_checkpoint_folder *f, const char *dir, int lock)
+int _dos_checkpoint_folder_take(struct _dos_checkpoint_folder *f, const char *dir, int lock)
 {
 	if (!f)
 		return DOS_FAIL(-EINVAL, "f is NULL");
-	*f = (struct dos_checkpoint_folder)DOS_CHECKPOINT_FOLDER_INIT;
+	*f = (struct _dos_checkpoint_folder)DOS_CHECKPOINT_FOLDER_INIT;
 	if (!dir)
 		return DOS_FAIL(-EINVAL, "dir is NULL");
 	char why[600];
@@ -1720,7 +1720,7 @@ int dos_checkpoint_folder_take(struct dos_checkpoint_folder *f, const char *dir,
 	if (lock) {
 		int locked = lock_folder(f);
 		if (locked < 0) {
-			dos_checkpoint_folder_release(f);
+			_dos_checkpoint_folder_release(f);
 			return locked;
 		}
 		if (locked)
@@ -1729,19 +1729,19 @@ int dos_checkpoint_folder_take(struct dos_checkpoint_folder *f, const char *dir,
 	return 0;
 }
 
-void dos_checkpoint_folder_release(struct dos_checkpoint_folder *f)
+void _dos_checkpoint_folder_release(struct _dos_checkpoint_folder *f)
 {
 	if (!f)
 		return;
 	if (f->lock_fd >= 0)
 		close(f->lock_fd); /* the lock goes with the last descriptor */
 	free(f->dir);
-	*f = (struct dos_checkpoint_folder)DOS_CHECKPOINT_FOLDER_INIT;
+	*f = (struct _dos_checkpoint_folder)DOS_CHECKPOINT_FOLDER_INIT;
 }
 
 /* Refuses (-EEXIST) a folder holding checkpoints (whole, manifests, shards) of a run other
  * than `run`, or, when strict, whose run cannot be read; the message lists them. */
-static int refuse_others(const char *function, const char *dir, const struct dos_run_id *run, int strict,
+static int refuse_others(const char *function, const char *dir, const struct _dos_run_id *run, int strict,
 			 const char *advice)
 {
 	DIR *d = opendir(dir);
@@ -1753,7 +1753,7 @@ static int refuse_others(const char *function, const char *dir, const struct dos
 	for (struct dirent *e; (e = readdir(d));) {
 		uint64_t n;
 		int shard;
-		struct dos_run_id id;
+		struct _dos_run_id id;
 		char why[200];
 		if (!parse_checkpoint_name(e->d_name, &n, &shard))
 			continue;
@@ -1762,11 +1762,11 @@ static int refuse_others(const char *function, const char *dir, const struct dos
 				add_reason(unreadable, sizeof unreadable, e->d_name, why);
 			continue;
 		}
-		if (dos_run_id_equal(&id, run))
+		if (_dos_run_id_equal(&id, run))
 			continue;
 		if (!others++ || n > latest) {
 			latest = n;
-			dos_run_id_text(&id, other);
+			_dos_run_id_text(&id, other);
 		}
 		size_t len = strlen(names);
 		if (others <= 4)
@@ -1787,8 +1787,8 @@ static int refuse_others(const char *function, const char *dir, const struct dos
 	return _dos_fail(-EEXIST, function, "checkpoint folder %s holds %s; %s", dir, what, advice);
 }
 
-int dos_checkpoint_folder_claim(struct dos_checkpoint_folder *f, const struct dos_run_id *run, int strict,
-				const char *advice)
+int _dos_checkpoint_folder_claim(struct _dos_checkpoint_folder *f, const struct _dos_run_id *run, int strict,
+				 const char *advice)
 {
 	if (!f || !f->dir || !run)
 		return DOS_FAIL(-EINVAL, "no folder taken, or run is NULL");
@@ -1800,7 +1800,7 @@ int dos_checkpoint_folder_claim(struct dos_checkpoint_folder *f, const struct do
 	return 0;
 }
 
-int dos_checkpoint_folder_check(const struct dos_checkpoint_folder *f)
+int _dos_checkpoint_folder_check(const struct _dos_checkpoint_folder *f)
 {
 	if (!f || !f->dir || !f->claimed)
 		return DOS_FAIL(-EINVAL, "no checkpoint folder claimed");
@@ -1809,15 +1809,15 @@ int dos_checkpoint_folder_check(const struct dos_checkpoint_folder *f)
 }
 
 /* A data-parallel job's verdict on this rank's err: nonzero when any rank failed. */
-static int agreed(const struct dos_checkpoint_search *search, int err)
+static int agreed(const struct _dos_checkpoint_search *search, int err)
 {
 	return search && search->agree ? search->agree(search->arg, err) : err != 0;
 }
 
-int dos_checkpoint_folder_resume(struct dos_checkpoint_folder *f, const struct dos_checkpoint_meta *expect,
-				 uint64_t begin, uint64_t len, struct dos_checkpoint_meta *got, float *master, float *m,
-				 float *v, const struct dos_checkpoint_search *search, const char *advice, char *path,
-				 size_t path_size)
+int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, const struct dos_checkpoint_meta *expect,
+				  uint64_t begin, uint64_t len, struct dos_checkpoint_meta *got, float *master,
+				  float *m, float *v, const struct _dos_checkpoint_search *search, const char *advice,
+				  char *path, size_t path_size)
 {
 	if (!f || !f->dir)
 		return DOS_FAIL(-EINVAL, "no checkpoint folder taken");
@@ -1833,7 +1833,7 @@ int dos_checkpoint_folder_resume(struct dos_checkpoint_folder *f, const struct d
 		if ((err = checkpoint_path(f->dir, ns[i], candidate)))
 			break;
 		const char *name = strrchr(candidate, '/') + 1;
-		struct dos_run_id run;
+		struct _dos_run_id run;
 		char why[512];
 		/* the run it is of, and the folder holding no other run's checkpoint */
 		int bad = file_identity(f->dir, name, &run, why, sizeof why), fatal = 0;

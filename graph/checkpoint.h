@@ -23,17 +23,17 @@
  * in every checkpoint it saves, and taken over by a run resumed from one of them. All
  * zeros: unknown (checkpoints of format version 2 and manifests of version 1, from before
  * identities). */
-struct dos_run_id {
+struct _dos_run_id {
 	unsigned char bytes[16];
 };
-#define DOS_RUN_ID_TEXT 48 /* bytes of dos_run_id_text's text */
+#define DOS_RUN_ID_TEXT 48 /* bytes of _dos_run_id_text's text */
 
 /* A new identity. Returns 0 or a negative errno (getrandom failed). */
-int dos_run_id_new(struct dos_run_id *run);
-int dos_run_id_equal(const struct dos_run_id *a, const struct dos_run_id *b);
-int dos_run_id_known(const struct dos_run_id *run);
+int _dos_run_id_new(struct _dos_run_id *run);
+int _dos_run_id_equal(const struct _dos_run_id *a, const struct _dos_run_id *b);
+int _dos_run_id_known(const struct _dos_run_id *run);
 /* 32 hex digits (or a note that it is unknown) into text; returns text. */
-const char *dos_run_id_text(const struct dos_run_id *run, char text[DOS_RUN_ID_TEXT]);
+const char *_dos_run_id_text(const struct _dos_run_id *run, char text[DOS_RUN_ID_TEXT]);
 
 /* Everything but the three big arrays. */
 struct dos_checkpoint_meta {
@@ -58,7 +58,7 @@ struct dos_checkpoint_meta {
 	 * shard */
 	uint64_t state_begin, state_len;
 	/* the run that saved it: on save, retention deletes only this run's older files */
-	struct dos_run_id run;
+	struct _dos_run_id run;
 };
 
 /* Writes a checkpoint of `meta` and the nparams-float arrays master, m and v into
@@ -110,14 +110,14 @@ int _dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_met
 
 /* The path of the most recent "checkpoint-<N>.dos" of `dir` (highest N) into path (size
  * path_size). Returns 0, -ENOENT when there is none, or a negative errno. Does not verify
- * it (_dos_checkpoint_load does; dos_checkpoint_newest_valid finds one that verifies). */
+ * it (_dos_checkpoint_load does; _dos_checkpoint_newest_valid finds one that verifies). */
 int _dos_checkpoint_latest(const char *dir, char *path, size_t path_size);
 
 /* How a search for a checkpoint to resume from goes on (both optional, arg is theirs):
  * agree, in a data-parallel job, turns each rank's result of loading a candidate into the
  * job's (nonzero when any rank failed, so that all go on to the next together); skipped
  * is told of each newer checkpoint passed over and why. */
-struct dos_checkpoint_search {
+struct _dos_checkpoint_search {
 	int (*agree)(void *arg, int err);
 	void (*skipped)(void *arg, const char *path, const char *why);
 	void *arg;
@@ -127,26 +127,26 @@ struct dos_checkpoint_search {
  * involves, every CRC: it reads them whole), into path (size path_size). Newer ones that do
  * not are passed to search->skipped. Returns 0, -ENOENT when none verifies (the message
  * says why each failed), or a negative errno. */
-int dos_checkpoint_newest_valid(const char *dir, const struct dos_checkpoint_search *search, char *path,
-				size_t path_size);
+int _dos_checkpoint_newest_valid(const char *dir, const struct _dos_checkpoint_search *search, char *path,
+				 size_t path_size);
 
 /* ---- folders: one run, one process at a time ---------------------------------------------
  *
- * A run takes its folder (dos_checkpoint_folder_take): the folder is created with its
+ * A run takes its folder (_dos_checkpoint_folder_take): the folder is created with its
  * parents when missing, must take new files, and gets locked (an advisory lock on its
  * ".starpu-dos.lock", released by the kernel whenever the process ends, even by SIGKILL;
  * a second process is refused, told the holder's pid and host); temporary files of saves
  * that were killed are removed then. The run then says whose it is: a fresh run claims
- * it with a new identity (dos_checkpoint_folder_claim), which is refused when any
+ * it with a new identity (_dos_checkpoint_folder_claim), which is refused when any
  * checkpoint is there already (an optimizer of the embedding API claims it with its own
  * identity, which may be one it loaded); a resumed run loads the newest checkpoint that verifies
- * and takes over its identity (dos_checkpoint_folder_resume), refused when checkpoints of
- * another run are there too. Before each save, dos_checkpoint_folder_check refuses a
+ * and takes over its identity (_dos_checkpoint_folder_resume), refused when checkpoints of
+ * another run are there too. Before each save, _dos_checkpoint_folder_check refuses a
  * folder into which another run's checkpoint has come since. */
-struct dos_checkpoint_folder {
-	char *dir;             /* NULL: none taken */
-	int lock_fd;           /* -1: not locked (the other ranks of a data-parallel job) */
-	struct dos_run_id run; /* the run it belongs to, once claimed or resumed */
+struct _dos_checkpoint_folder {
+	char *dir;              /* NULL: none taken */
+	int lock_fd;            /* -1: not locked (the other ranks of a data-parallel job) */
+	struct _dos_run_id run; /* the run it belongs to, once claimed or resumed */
 	int claimed;
 };
 #define DOS_CHECKPOINT_FOLDER_INIT \
@@ -158,18 +158,18 @@ struct dos_checkpoint_folder {
  * for the job). Errors, the message naming the folder: -EBUSY when another process (or
  * another optimizer of this one) holds it, -ENOTDIR, -EACCES, -EROFS and the like when it
  * cannot be created or written, -ENOMEM. On error *f is left as DOS_CHECKPOINT_FOLDER_INIT. */
-int dos_checkpoint_folder_take(struct dos_checkpoint_folder *f, const char *dir, int lock);
+int _dos_checkpoint_folder_take(struct _dos_checkpoint_folder *f, const char *dir, int lock);
 
 /* Unlocks and forgets the folder (*f becomes DOS_CHECKPOINT_FOLDER_INIT). */
-void dos_checkpoint_folder_release(struct dos_checkpoint_folder *f);
+void _dos_checkpoint_folder_release(struct _dos_checkpoint_folder *f);
 
 /* The folder becomes `run`'s, refused with -EEXIST when it holds a checkpoint (whole,
  * manifest or shard) of another run, or, when `strict` (a run that has never loaded a
  * checkpoint: a fresh one), one whose run cannot be read: the message names the folder,
  * what it holds (the files, their run, the latest step) and ends with `advice` (what the
  * caller can do: resume, or another folder). */
-int dos_checkpoint_folder_claim(struct dos_checkpoint_folder *f, const struct dos_run_id *run, int strict,
-				const char *advice);
+int _dos_checkpoint_folder_claim(struct _dos_checkpoint_folder *f, const struct _dos_run_id *run, int strict,
+				 const char *advice);
 
 /* A resumed run: loads from the newest checkpoint of the folder that verifies and fits
  * `expect` (as _dos_checkpoint_load_range: the parameters [begin, begin + len) into
@@ -178,13 +178,13 @@ int dos_checkpoint_folder_claim(struct dos_checkpoint_folder *f, const struct do
  * -EEXIST (and advice) when checkpoints of another run are there too; the loaded path
  * goes to path (size path_size). -ENOENT when the folder holds no checkpoint, or none
  * that loads (the message gives each one's reason). */
-int dos_checkpoint_folder_resume(struct dos_checkpoint_folder *f, const struct dos_checkpoint_meta *expect,
-				 uint64_t begin, uint64_t len, struct dos_checkpoint_meta *got, float *master, float *m,
-				 float *v, const struct dos_checkpoint_search *search, const char *advice, char *path,
-				 size_t path_size);
+int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, const struct dos_checkpoint_meta *expect,
+				  uint64_t begin, uint64_t len, struct dos_checkpoint_meta *got, float *master,
+				  float *m, float *v, const struct _dos_checkpoint_search *search, const char *advice,
+				  char *path, size_t path_size);
 
 /* Before a save: -EEXIST when a checkpoint of another run has come into the claimed
  * folder (one whose run cannot be read is left to retention, which never deletes it). */
-int dos_checkpoint_folder_check(const struct dos_checkpoint_folder *f);
+int _dos_checkpoint_folder_check(const struct _dos_checkpoint_folder *f);
 
 #endif /* DOS_CHECKPOINT_H */

@@ -135,7 +135,7 @@ static void declare_gpu_memory(const struct dos_train_config *cfg, const struct 
 /* The checkpoint's description of this run after `steps_done` steps. */
 static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config *cfg, const struct dos_model *model,
 						  const struct _dos_optimizer *opt, const struct dos_corpus *corpus,
-						  const struct dos_checkpoint_folder *folder, uint64_t steps_done)
+						  const struct _dos_checkpoint_folder *folder, uint64_t steps_done)
 {
 	return (struct dos_checkpoint_meta){.nparams = model->nparams,
 					    .subgroup_size = opt->cfg.subgroup_size,
@@ -187,7 +187,7 @@ static int check_update_finite(struct _dos_optimizer *opt, const struct _dos_ste
  * directory must be shared by the ranks (a parallel file system on a cluster). */
 static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model,
 			   struct _dos_optimizer *opt, const struct dos_corpus *corpus,
-			   const struct dos_checkpoint_folder *folder, const struct _dos_step_report *report,
+			   const struct _dos_checkpoint_folder *folder, const struct _dos_step_report *report,
 			   uint64_t steps_done)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
@@ -201,7 +201,7 @@ static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_
 		shards += end > first;
 	}
 	/* the folder is still this run's alone (rank 0 looks for the job) */
-	int err = dp->rank == 0 ? dos_checkpoint_folder_check(folder) : 0;
+	int err = dp->rank == 0 ? _dos_checkpoint_folder_check(folder) : 0;
 	if (ranks > 1 && _dos_dp_sum(err != 0) > 0)
 		return err ? err
 			   : DOS_FAIL(-EEXIST, "checkpoint after step %llu: rank 0 found another run's checkpoints",
@@ -252,18 +252,18 @@ static int job_failed(void *arg, int err)
 /* Takes the checkpoint folder for the run, before anything is loaded: rank 0 locks it for
  * the job; a fresh run draws its identity (rank 0, for every rank) and claims the
  * folder, which must hold no checkpoint (a resumed run claims it when it loads). */
-static int take_checkpoint_folder(const struct dos_train_config *cfg, struct dos_checkpoint_folder *folder)
+static int take_checkpoint_folder(const struct dos_train_config *cfg, struct _dos_checkpoint_folder *folder)
 {
 	const struct dos_data_parallel *dp = &cfg->dp;
-	int err = dos_checkpoint_folder_take(folder, cfg->checkpoint_dir, dp->rank == 0);
+	int err = _dos_checkpoint_folder_take(folder, cfg->checkpoint_dir, dp->rank == 0);
 	if (job_failed(NULL, err))
 		return err ? err
 			   : DOS_FAIL(-EIO, "another rank cannot use the checkpoint folder %s", cfg->checkpoint_dir);
 	if (cfg->resume)
 		return 0;
-	struct dos_run_id run = {{0}};
+	struct _dos_run_id run = {{0}};
 	if (dp->rank == 0)
-		err = dos_run_id_new(&run);
+		err = _dos_run_id_new(&run);
 	if (_dos_dp_size(dp) > 1) /* rank 0's identity to every rank, 24 bits at a time: exact in a double */
 		for (size_t i = 0; i < sizeof run.bytes; i += 3) {
 			uint32_t part = 0;
@@ -274,7 +274,7 @@ static int take_checkpoint_folder(const struct dos_train_config *cfg, struct dos
 				run.bytes[i + k] = (unsigned char)(part >> (8 * k));
 		}
 	if (!err)
-		err = dos_checkpoint_folder_claim(folder, &run, 1, FOLDER_ADVICE);
+		err = _dos_checkpoint_folder_claim(folder, &run, 1, FOLDER_ADVICE);
 	if (job_failed(NULL, err))
 		return err ? err
 			   : DOS_FAIL(-EEXIST, "another rank refused the checkpoint folder %s", cfg->checkpoint_dir);
@@ -287,13 +287,13 @@ static int take_checkpoint_folder(const struct dos_train_config *cfg, struct dos
  * rank has loaded: the rebuild sends each rank's weights to the others). */
 static int resume_from_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model,
 				  struct _dos_optimizer *opt, struct dos_corpus *corpus,
-				  struct dos_checkpoint_folder *folder, uint64_t *steps_done, char *path,
+				  struct _dos_checkpoint_folder *folder, uint64_t *steps_done, char *path,
 				  size_t path_size)
 {
 	struct dos_checkpoint_meta expect = checkpoint_meta(cfg, model, opt, corpus, folder, 0), got;
-	struct dos_checkpoint_search search = {.agree = _dos_dp_size(&cfg->dp) > 1 ? job_failed : NULL,
-					       .skipped = cfg->checkpoint_skipped,
-					       .arg = cfg->checkpoint_skipped_arg};
+	struct _dos_checkpoint_search search = {.agree = _dos_dp_size(&cfg->dp) > 1 ? job_failed : NULL,
+						.skipped = cfg->checkpoint_skipped,
+						.arg = cfg->checkpoint_skipped_arg};
 	if (cfg->dp.rank != 0) /* rank 0 reports for the job */
 		search.skipped = NULL;
 	/* A rank of a data-parallel job reads its own part of the state (a rank that keeps
@@ -301,11 +301,12 @@ static int resume_from_checkpoint(const struct dos_train_config *cfg, const stru
 	 * kind of checkpoint, of any number of shards, serves any number of ranks. */
 	int err;
 	if (opt->state_len)
-		err = dos_checkpoint_folder_resume(folder, &expect, opt->state_begin, opt->state_len, &got, opt->master,
-						   opt->m, opt->v, &search, FOLDER_ADVICE, path, path_size);
+		err = _dos_checkpoint_folder_resume(folder, &expect, opt->state_begin, opt->state_len, &got,
+						    opt->master, opt->m, opt->v, &search, FOLDER_ADVICE, path,
+						    path_size);
 	else
-		err = dos_checkpoint_folder_resume(folder, &expect, 0, 1, &got, NULL, NULL, NULL, &search,
-						   FOLDER_ADVICE, path, path_size);
+		err = _dos_checkpoint_folder_resume(folder, &expect, 0, 1, &got, NULL, NULL, NULL, &search,
+						    FOLDER_ADVICE, path, path_size);
 	if (err == -ENOENT) {
 		char why[512];
 		snprintf(why, sizeof why, "%s", dos_last_error());
@@ -394,7 +395,8 @@ static int finish_step(const struct dos_train_config *cfg, struct _dos_optimizer
 }
 
 /* The run of a checked configuration, its checkpoint folder taken. */
-static int train(const struct dos_train_config *cfg, struct dos_checkpoint_folder *folder, struct dos_train_output *out)
+static int train(const struct dos_train_config *cfg, struct _dos_checkpoint_folder *folder,
+		 struct dos_train_output *out)
 {
 	int err;
 	uint64_t params = _dos_model_param_count(&cfg->shape, NULL);
@@ -592,10 +594,10 @@ int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *
 		return DOS_FAIL(-EINVAL, "cfg is NULL");
 	if ((err = check_config(cfg)))
 		return err;
-	struct dos_checkpoint_folder folder = DOS_CHECKPOINT_FOLDER_INIT;
+	struct _dos_checkpoint_folder folder = DOS_CHECKPOINT_FOLDER_INIT;
 	if (cfg->checkpoint_dir && DOS_VALUES_ARE_REAL && (err = take_checkpoint_folder(cfg, &folder)))
 		return err;
 	err = train(cfg, &folder, out);
-	dos_checkpoint_folder_release(&folder);
+	_dos_checkpoint_folder_release(&folder);
 	return err;
 }

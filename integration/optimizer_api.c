@@ -88,9 +88,9 @@ struct dos_opt {
 	int live;
 	/* checkpoints: the run this optimizer is (drawn at creation, or the one of the
 	 * checkpoint it loaded) and the folder it saves into */
-	struct dos_run_id run;
+	struct _dos_run_id run;
 	int loaded;
-	struct dos_checkpoint_folder folder;
+	struct _dos_checkpoint_folder folder;
 };
 
 int dos_opt_config_init(struct dos_opt_config *cfg)
@@ -467,7 +467,7 @@ static void teardown(struct dos_opt *opt, int inner_made, int lock_made)
 {
 	if (opt->live)
 		leave_live(opt);
-	dos_checkpoint_folder_release(&opt->folder);
+	_dos_checkpoint_folder_release(&opt->folder);
 	free(opt->buffers);
 	if (inner_made)
 		_dos_optimizer_destroy(&opt->inner);
@@ -582,7 +582,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 	struct dos_opt *opt = calloc(1, sizeof *opt);
 	if (!opt)
 		return DOS_FAIL(-ENOMEM, "no memory for an optimizer");
-	opt->folder = (struct dos_checkpoint_folder)DOS_CHECKPOINT_FOLDER_INIT;
+	opt->folder = (struct _dos_checkpoint_folder)DOS_CHECKPOINT_FOLDER_INIT;
 	opt->ntensors = ntensors;
 	opt->numel = malloc(ntensors * sizeof *opt->numel);
 	opt->weight = calloc(ntensors, sizeof *opt->weight);
@@ -599,7 +599,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 		opt->grad[t] = tensors[t].grad;
 		opt->weight_node[t] = opt->grad_node[t] = -1;
 	}
-	if ((err = dos_run_id_new(&opt->run))) {
+	if ((err = _dos_run_id_new(&opt->run))) {
 		teardown(opt, 0, 0);
 		return err;
 	}
@@ -819,12 +819,12 @@ static int take_folder(struct dos_opt *opt, const char *dir)
 {
 	int err;
 	if (opt->folder.dir && same_folder(opt->folder.dir, dir))
-		return dos_checkpoint_folder_check(&opt->folder);
-	dos_checkpoint_folder_release(&opt->folder);
-	if ((err = dos_checkpoint_folder_take(&opt->folder, dir, 1)))
+		return _dos_checkpoint_folder_check(&opt->folder);
+	_dos_checkpoint_folder_release(&opt->folder);
+	if ((err = _dos_checkpoint_folder_take(&opt->folder, dir, 1)))
 		return err;
-	if ((err = dos_checkpoint_folder_claim(&opt->folder, &opt->run, !opt->loaded, FOLDER_ADVICE)))
-		dos_checkpoint_folder_release(&opt->folder);
+	if ((err = _dos_checkpoint_folder_claim(&opt->folder, &opt->run, !opt->loaded, FOLDER_ADVICE)))
+		_dos_checkpoint_folder_release(&opt->folder);
 	return err;
 }
 
@@ -865,8 +865,8 @@ int dos_opt_load(dos_opt_t opt, const char *path)
 		opt->steps_submitted = got.steps_done;
 		/* the optimizer continues the run that saved it: the folder is claimed again
 		 * for that run at the next save */
-		if (!dos_run_id_equal(&opt->run, &got.run))
-			dos_checkpoint_folder_release(&opt->folder);
+		if (!_dos_run_id_equal(&opt->run, &got.run))
+			_dos_checkpoint_folder_release(&opt->folder);
 		opt->run = got.run;
 		opt->loaded = 1;
 	}
@@ -885,8 +885,8 @@ static void warn_skipped(void *arg, const char *path, const char *why)
 
 int dos_opt_latest_checkpoint(const char *dir, char *path, size_t path_size)
 {
-	const struct dos_checkpoint_search search = {.skipped = warn_skipped};
-	return dos_checkpoint_newest_valid(dir, &search, path, path_size);
+	const struct _dos_checkpoint_search search = {.skipped = warn_skipped};
+	return _dos_checkpoint_newest_valid(dir, &search, path, path_size);
 }
 
 void dos_opt_destroy(dos_opt_t opt)

@@ -186,7 +186,7 @@ static int meta_equal(const struct dos_checkpoint_meta *a, const struct dos_chec
 	       a->data_rng == b->data_rng && a->hp.mode == b->hp.mode && memcmp(&a->hp.lr, &b->hp.lr, 8) == 0 &&
 	       memcmp(&a->hp.beta1, &b->hp.beta1, 8) == 0 && memcmp(&a->hp.beta2, &b->hp.beta2, 8) == 0 &&
 	       memcmp(&a->hp.eps, &b->hp.eps, 8) == 0 && memcmp(&a->hp.weight_decay, &b->hp.weight_decay, 8) == 0 &&
-	       dos_run_id_equal(&a->run, &b->run);
+	       _dos_run_id_equal(&a->run, &b->run);
 }
 
 /* Checks the stored CRCs against the reference CRC32C and the file's length. */
@@ -909,8 +909,8 @@ static void versions_group(const char *dir)
 	float *master = test_malloc(5000 * 4), *m = test_malloc(5000 * 4), *v = test_malloc(5000 * 4);
 	CHECK(_dos_checkpoint_load(old, &expect, &got, master, m, v) == 0, "version 2: %s", dos_last_error());
 	CHECK(!memcmp(master, s.master, 5000 * 4) && !memcmp(v, s.v, 5000 * 4), "version 2: arrays differ");
-	CHECK(!dos_run_id_known(&got.run) && got.steps_done == 8 && got.step == s.meta.step,
-	      "version 2: meta (run known %d, steps_done %" PRIu64 ")", dos_run_id_known(&got.run), got.steps_done);
+	CHECK(!_dos_run_id_known(&got.run) && got.steps_done == 8 && got.step == s.meta.step,
+	      "version 2: meta (run known %d, steps_done %" PRIu64 ")", _dos_run_id_known(&got.run), got.steps_done);
 	/* and still refused when damaged */
 	v2[200] ^= 4;
 	write_whole(old, v2, len2);
@@ -938,15 +938,15 @@ static void skipped_count(void *arg, const char *path, const char *why)
 static void folders_group(const char *top)
 {
 	char dir[4096], path[4096], name[4200], listing[4096];
-	struct dos_checkpoint_folder f = DOS_CHECKPOINT_FOLDER_INIT, g;
+	struct _dos_checkpoint_folder f = DOS_CHECKPOINT_FOLDER_INIT, g;
 	/* created with its parents; a file in the way is refused */
 	FORMAT(dir, "%s/a/b/c", top);
-	CHECK(dos_checkpoint_folder_take(&f, dir, 1) == 0, "take %s: %s", dir, dos_last_error());
-	dos_checkpoint_folder_release(&f);
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "take %s: %s", dir, dos_last_error());
+	_dos_checkpoint_folder_release(&f);
 	FORMAT(name, "%s/a/file", top);
 	write_whole(name, "x", 1);
 	FORMAT(path, "%s/a/file/d", top);
-	CHECK(dos_checkpoint_folder_take(&f, path, 1) == -ENOTDIR && strstr(dos_last_error(), "not a folder"),
+	CHECK(_dos_checkpoint_folder_take(&f, path, 1) == -ENOTDIR && strstr(dos_last_error(), "not a folder"),
 	      "a folder under a file: %s", dos_last_error());
 	CHECK(f.dir == NULL && f.lock_fd == -1, "a refused take left the folder set");
 
@@ -957,8 +957,8 @@ static void folders_group(const char *top)
 	CHECK(child >= 0, "fork");
 	if (child == 0) {
 		char c = 0;
-		struct dos_checkpoint_folder mine;
-		int ok = dos_checkpoint_folder_take(&mine, dir, 1) == 0;
+		struct _dos_checkpoint_folder mine;
+		int ok = _dos_checkpoint_folder_take(&mine, dir, 1) == 0;
 		if (write(ready[1], &ok, sizeof ok) != (ssize_t)sizeof ok || read(go[0], &c, 1) < 0)
 			_exit(2);
 		pause(); /* until killed: the kernel, not the program, must release the lock */
@@ -968,16 +968,16 @@ static void folders_group(const char *top)
 	CHECK(read(ready[0], &ok, sizeof ok) == (ssize_t)sizeof ok && ok, "the child could not take %s", dir);
 	char holder[64];
 	FORMAT(holder, "pid %ld on", (long)child);
-	CHECK(dos_checkpoint_folder_take(&f, dir, 1) == -EBUSY && strstr(dos_last_error(), holder) &&
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == -EBUSY && strstr(dos_last_error(), holder) &&
 		      strstr(dos_last_error(), dir),
 	      "a folder held by pid %ld: %s", (long)child, dos_last_error());
 	CHECK(write(go[1], "x", 1) == 1, "pipe");
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	close(ready[0]), close(ready[1]), close(go[0]), close(go[1]);
-	CHECK(dos_checkpoint_folder_take(&f, dir, 1) == 0, "after SIGKILL of its holder: %s", dos_last_error());
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "after SIGKILL of its holder: %s", dos_last_error());
 	/* a second taker in this process too (two optimizers) */
-	CHECK(dos_checkpoint_folder_take(&g, dir, 1) == -EBUSY && strstr(dos_last_error(), "this process"),
+	CHECK(_dos_checkpoint_folder_take(&g, dir, 1) == -EBUSY && strstr(dos_last_error(), "this process"),
 	      "a second take in one process: %s", dos_last_error());
 
 	/* a fresh run claims an empty folder; its saves carry its identity */
@@ -988,38 +988,38 @@ static void folders_group(const char *top)
 	other.meta.weight_dtype = s.meta.weight_dtype;
 	other.meta.grad_dtype = s.meta.grad_dtype;
 	memcpy(other.numel, s.numel, sizeof s.numel);
-	struct dos_run_id run;
-	CHECK(dos_run_id_new(&run) == 0 && dos_run_id_known(&run), "dos_run_id_new");
-	CHECK(dos_checkpoint_folder_claim(&f, &run, 1, "ADVICE") == 0, "claim an empty folder: %s", dos_last_error());
+	struct _dos_run_id run;
+	CHECK(_dos_run_id_new(&run) == 0 && _dos_run_id_known(&run), "_dos_run_id_new");
+	CHECK(_dos_checkpoint_folder_claim(&f, &run, 1, "ADVICE") == 0, "claim an empty folder: %s", dos_last_error());
 	s.meta.run = run;
 	for (uint64_t k = 1; k <= 3; k++) {
 		s.meta.steps_done = k;
-		CHECK(dos_checkpoint_folder_check(&f) == 0, "check before save %" PRIu64 ": %s", k, dos_last_error());
+		CHECK(_dos_checkpoint_folder_check(&f) == 0, "check before save %" PRIu64 ": %s", k, dos_last_error());
 		save_ok(dir, &s, 2, NULL, 0);
 	}
 	/* another run's checkpoint appears: the next check refuses, naming it; retention
 	 * never deletes it */
 	other.meta.steps_done = 1;
 	save_ok(dir, &other, 1, NULL, 0);
-	CHECK(dos_checkpoint_folder_check(&f) == -EEXIST && strstr(dos_last_error(), "checkpoint-1.dos") &&
+	CHECK(_dos_checkpoint_folder_check(&f) == -EEXIST && strstr(dos_last_error(), "checkpoint-1.dos") &&
 		      strstr(dos_last_error(), "of another run"),
 	      "check with another run's file: %s", dos_last_error());
 	s.meta.steps_done = 4;
 	save_ok(dir, &s, 1, NULL, 0);
 	list_dir(dir, listing, sizeof listing);
 	CHECK(!strcmp(listing, ".starpu-dos.lock checkpoint-1.dos checkpoint-4.dos"), "retention: %s", listing);
-	dos_checkpoint_folder_release(&f);
+	_dos_checkpoint_folder_release(&f);
 	FORMAT(name, "%s/checkpoint-1.dos", dir);
 	remove(name);
 
 	/* a fresh run refuses a folder with any checkpoint, even an unreadable one */
-	CHECK(dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
-	struct dos_run_id fresh;
-	CHECK(dos_run_id_new(&fresh) == 0, "dos_run_id_new");
-	CHECK(dos_checkpoint_folder_claim(&f, &fresh, 1, "ADVICE") == -EEXIST &&
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
+	struct _dos_run_id fresh;
+	CHECK(_dos_run_id_new(&fresh) == 0, "_dos_run_id_new");
+	CHECK(_dos_checkpoint_folder_claim(&f, &fresh, 1, "ADVICE") == -EEXIST &&
 		      strstr(dos_last_error(), "checkpoint-4.dos") && strstr(dos_last_error(), "ADVICE"),
 	      "a fresh run in a folder with checkpoints: %s", dos_last_error());
-	dos_checkpoint_folder_release(&f);
+	_dos_checkpoint_folder_release(&f);
 
 	/* resume: past a damaged newer one, a truncated one and an empty stray, each reported;
 	 * temporaries of killed saves removed when the folder is taken */
@@ -1039,47 +1039,47 @@ static void folders_group(const char *top)
 	FORMAT(name, "%s/.checkpoint-8.shard-0-of-2.dos.tmp-12345", dir);
 	write_whole(name, "half", 4);
 	free(bytes);
-	CHECK(dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
 	list_dir(dir, listing, sizeof listing);
 	CHECK(!strstr(listing, ".tmp-"), "temporaries left after taking the folder: %s", listing);
 	int skipped = 0;
-	struct dos_checkpoint_search search = {.skipped = skipped_count, .arg = &skipped};
+	struct _dos_checkpoint_search search = {.skipped = skipped_count, .arg = &skipped};
 	struct dos_checkpoint_meta got;
 	float *master = test_malloc(3000 * 4), *m = test_malloc(3000 * 4), *v = test_malloc(3000 * 4);
 	char loaded[4096];
-	CHECK(dos_checkpoint_folder_resume(&f, &s.meta, 0, 3000, &got, master, m, v, &search, "ADVICE", loaded,
-					   sizeof loaded) == 0,
+	CHECK(_dos_checkpoint_folder_resume(&f, &s.meta, 0, 3000, &got, master, m, v, &search, "ADVICE", loaded,
+					    sizeof loaded) == 0,
 	      "resume: %s", dos_last_error());
-	CHECK(!strcmp(loaded, path) && got.steps_done == 5 && skipped == 3 && dos_run_id_equal(&f.run, &run) &&
+	CHECK(!strcmp(loaded, path) && got.steps_done == 5 && skipped == 3 && _dos_run_id_equal(&f.run, &run) &&
 		      !memcmp(master, s.master, 3000 * 4),
 	      "resumed from %s (step %" PRIu64 ", %d skipped)", loaded, got.steps_done, skipped);
 	char newest[4096];
-	CHECK(dos_checkpoint_newest_valid(dir, NULL, newest, sizeof newest) == 0 && !strcmp(newest, path),
+	CHECK(_dos_checkpoint_newest_valid(dir, NULL, newest, sizeof newest) == 0 && !strcmp(newest, path),
 	      "newest valid: %s %s", newest, dos_last_error());
-	dos_checkpoint_folder_release(&f);
+	_dos_checkpoint_folder_release(&f);
 	/* with another run's checkpoint beside them: refused before anything is loaded */
 	other.meta.steps_done = 2;
 	save_ok(dir, &other, 1, NULL, 0);
-	CHECK(dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
 	memset(master, 0, 3000 * 4);
-	CHECK(dos_checkpoint_folder_resume(&f, &s.meta, 0, 3000, &got, master, m, v, NULL, "ADVICE", NULL, 0) ==
+	CHECK(_dos_checkpoint_folder_resume(&f, &s.meta, 0, 3000, &got, master, m, v, NULL, "ADVICE", NULL, 0) ==
 			      -EEXIST &&
 		      strstr(dos_last_error(), "checkpoint-2.dos") && master[5] == 0,
 	      "resume beside another run's checkpoint: %s", dos_last_error());
-	dos_checkpoint_folder_release(&f);
+	_dos_checkpoint_folder_release(&f);
 	/* nothing that loads: every reason given */
 	FORMAT(name, "%s/checkpoint-2.dos", dir);
 	remove(name);
 	remove(path);
 	FORMAT(name, "%s/checkpoint-4.dos", dir);
 	remove(name);
-	CHECK(dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
-	CHECK(dos_checkpoint_folder_resume(&f, &s.meta, 0, 3000, &got, master, m, v, NULL, "ADVICE", NULL, 0) ==
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
+	CHECK(_dos_checkpoint_folder_resume(&f, &s.meta, 0, 3000, &got, master, m, v, NULL, "ADVICE", NULL, 0) ==
 			      -ENOENT &&
 		      strstr(dos_last_error(), "none of the 3 checkpoints") &&
 		      strstr(dos_last_error(), "checkpoint-6.dos") && strstr(dos_last_error(), "corrupted"),
 	      "nothing to resume from: %s", dos_last_error());
-	dos_checkpoint_folder_release(&f);
+	_dos_checkpoint_folder_release(&f);
 	printf("checkpoint folders: created with parents; held by one process (its pid named, released by SIGKILL); a "
 	       "fresh run refuses checkpoints there, a save another run's; retention keeps other runs' files; resume "
 	       "passes damaged and stray files (each reported), refuses a folder of two runs; stale temporaries "
