@@ -1814,13 +1814,12 @@ static int agreed(const struct _dos_checkpoint_search *search, int err)
 	return search && search->agree ? search->agree(search->arg, err) : err != 0;
 }
 
-int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, const struct dos_checkpoint_meta *expect,
-				  uint64_t begin, uint64_t len, struct dos_checkpoint_meta *got, float *master,
-				  float *m, float *v, const struct _dos_checkpoint_search *search, const char *advice,
+int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(void *arg, const char *path),
+				  void *load_arg, const struct _dos_checkpoint_search *search, const char *advice,
 				  char *path, size_t path_size)
 {
-	if (!f || !f->dir)
-		return DOS_FAIL(-EINVAL, "no checkpoint folder taken");
+	if (!f || !f->dir || !load)
+		return DOS_FAIL(-EINVAL, "no checkpoint folder taken, or load is NULL");
 	uint64_t *ns;
 	size_t count;
 	int err = list_checkpoints(f->dir, &ns, &count);
@@ -1847,7 +1846,7 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, const struct
 		if (!bad) {
 			struct dos_error_hold hold;
 			_dos_hold_errors(&hold);
-			bad = _dos_checkpoint_load_range(candidate, expect, begin, len, got, master, m, v);
+			bad = load(load_arg, candidate);
 			if (bad) {
 				snprintf(why, sizeof why, "%s", _dos_held_error(&hold));
 				shorten_reason(why, candidate);

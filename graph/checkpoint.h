@@ -171,16 +171,16 @@ void _dos_checkpoint_folder_release(struct _dos_checkpoint_folder *f);
 int _dos_checkpoint_folder_claim(struct _dos_checkpoint_folder *f, const struct _dos_run_id *run, int strict,
 				 const char *advice);
 
-/* A resumed run: loads from the newest checkpoint of the folder that verifies and fits
- * `expect` (as _dos_checkpoint_load_range: the parameters [begin, begin + len) into
- * master, m, v; NULL arrays are verified, not read), passing newer ones that do not to
- * search->skipped, then makes the folder the loaded checkpoint's run's, refused with
- * -EEXIST (and advice) when checkpoints of another run are there too; the loaded path
- * goes to path (size path_size). -ENOENT when the folder holds no checkpoint, or none
- * that loads (the message gives each one's reason). */
-int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, const struct dos_checkpoint_meta *expect,
-				  uint64_t begin, uint64_t len, struct dos_checkpoint_meta *got, float *master,
-				  float *m, float *v, const struct _dos_checkpoint_search *search, const char *advice,
+/* A resumed run: loads the newest checkpoint of the folder that verifies and fits, by
+ * load(load_arg, path) (which returns 0, or a negative errno with a message: the file does
+ * not load, and nothing of the caller's changed), passing newer ones that do not to
+ * search->skipped, then makes the folder the loaded checkpoint's run's; refused with
+ * -EEXIST (and advice) before anything is loaded when checkpoints of another run are
+ * there too. The loaded path goes to path (size path_size) unless it is NULL. -ENOENT
+ * when the folder holds no checkpoint, or none that loads (the message gives each one's
+ * reason). */
+int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(void *arg, const char *path),
+				  void *load_arg, const struct _dos_checkpoint_search *search, const char *advice,
 				  char *path, size_t path_size);
 
 /* Before a save: -EEXIST when a checkpoint of another run has come into the claimed

@@ -87,15 +87,23 @@ void _dos_corpus_free(struct dos_corpus *c)
 }
 
 /* Registers the ids and targets of the sequences starting at starts[0 .. nseq) and submits
- * the task that fills them (it frees starts). */
+ * the task that fills them, in `phase` (it frees starts). */
 static int submit_batch(struct dos_corpus *c, uint64_t *starts, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
-			starpu_data_handle_t *ids, starpu_data_handle_t *targets)
+			enum _dos_task_phase phase, starpu_data_handle_t *ids, starpu_data_handle_t *targets)
 {
 	uint32_t n = nseq * seq_len;
 	starpu_vector_data_register(ids, -1, 0, n, sizeof(int32_t));
 	starpu_vector_data_register(targets, -1, 0, n, sizeof(int32_t));
-	int err = starpu_task_insert(&_dos_batch_codelet, STARPU_R, c->handle, STARPU_W, *ids, STARPU_W, *targets,
-				     STARPU_CL_ARGS, starts, nseq * sizeof *starts, STARPU_SCHED_CTX, sched_ctx, 0);
+	struct starpu_task *task =
+		starpu_task_build(&_dos_batch_codelet, STARPU_R, c->handle, STARPU_W, *ids, STARPU_W, *targets,
+				  STARPU_CL_ARGS, starts, nseq * sizeof *starts, STARPU_SCHED_CTX, sched_ctx, 0);
+	if (!task)
+		return DOS_FAIL(-ENOMEM, "no memory for the batch task");
+	if (c->hook)
+		c->hook(c->hook_arg, task, phase, DOS_NO_SUBGROUP);
+	int err = starpu_task_submit(task);
+	if (err)
+		starpu_task_destroy(task);
 	return err ? DOS_FAIL(err, "submitting the batch task failed (%d)", err) : 0;
 }
 
@@ -107,7 +115,7 @@ int _dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len
 		return DOS_FAIL(-ENOMEM, "no memory for %u batch offsets", nseq);
 	for (uint32_t s = 0; s < nseq; s++)
 		starts[s] = _dos_splitmix64(&c->rng) % (c->train_len - seq_len);
-	return submit_batch(c, starts, nseq, seq_len, sched_ctx, ids, targets);
+	return submit_batch(c, starts, nseq, seq_len, sched_ctx, DOS_TASK_DATA, ids, targets);
 }
 
 int _dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len, uint32_t *eval_batches)
@@ -136,7 +144,7 @@ int _dos_corpus_eval_batch(struct dos_corpus *c, uint32_t index, uint32_t nseq, 
 		return DOS_FAIL(-ENOMEM, "no memory for %u batch offsets", nseq);
 	for (uint32_t s = 0; s < nseq; s++)
 		starts[s] = c->train_len + ((uint64_t)index * nseq + s) * seq_len;
-	return submit_batch(c, starts, nseq, seq_len, sched_ctx, ids, targets);
+	return submit_batch(c, starts, nseq, seq_len, sched_ctx, DOS_TASK_EVALUATION, ids, targets);
 }
 
 void _dos_corpus_skip_batch(struct dos_corpus *c, uint32_t nseq)

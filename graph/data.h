@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "phase.h"
+
 /* splitmix64: the generator of docs/model.md, for weights and batches alike. */
 static inline uint64_t _dos_splitmix64(uint64_t *state)
 {
@@ -27,6 +29,10 @@ struct dos_corpus {
 	uint64_t train_len;
 	starpu_data_handle_t handle; /* the bytes as a vector of uint8, home in main memory */
 	uint64_t rng;                /* batch-order generator */
+	/* optional: every batch task, before its submission (phase.h): a training
+	 * micro-batch's in DOS_TASK_DATA, a held-out one's in DOS_TASK_EVALUATION */
+	_dos_task_hook hook;
+	void *hook_arg;
 };
 
 /* Reads `path` (after starpu_init) and registers it. Errors: -EINVAL for NULL arguments,

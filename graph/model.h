@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "dos.h"
+#include "phase.h"
 
 struct dos_model_shape {
 	uint32_t vocab, hidden, heads, ffn, layers, seq_len;
@@ -29,10 +30,6 @@ enum {
 	DOS_T_PER_LAYER = 6,
 };
 
-/* Called on every task the model or the optimizer creates, just before submission
- * (dos-train watches them for its timeline and phase times). */
-typedef void (*_dos_task_hook)(void *arg, struct starpu_task *task);
-
 struct dos_model {
 	struct dos_model_shape shape;
 	uint32_t batch;             /* sequences per micro-batch */
@@ -50,8 +47,10 @@ struct dos_model {
 	int weights_pinned;           /* how _dos_host_alloc made them */
 	starpu_data_handle_t *weight; /* [ntensors] */
 	starpu_data_handle_t *grad;   /* [ntensors] fp32 gradients (no home) */
-	int evaluating;               /* within _dos_model_submit_eval: its tasks are named "dos_eval" */
-	_dos_task_hook hook;
+	/* within _dos_model_submit_eval: its tasks are in the evaluation phase, and named
+	 * "dos_eval" in traces */
+	int evaluating;
+	_dos_task_hook hook; /* optional: every task, before its submission (phase.h) */
 	void *hook_arg;
 };
 

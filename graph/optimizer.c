@@ -1,21 +1,52 @@
-/* The optimizer step's task graph (optimizer.h). */
+/* The optimizer (optimizer.h): its state, the tasks of a step, its checkpoints. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "codelet_util.h"
 #include "errors.h"
 #include "flat.h"
 #include "host_memory.h"
 #include "optimizer.h"
+#include "subgroups.h"
 
-static void submit_task(struct _dos_optimizer *opt, struct starpu_task *task)
+struct _dos_optimizer {
+	struct _dos_optimizer_config cfg;
+	struct dos_subgroup_map map;
+	uint64_t *numel; /* [map.ntensors]: each tensor's size, as checkpoints record it */
+	/* this rank's subgroups [own_first, own_end), whose state it keeps: the parameters
+	 * [state_begin, state_begin + state_len) of the flat space (all of them in a single
+	 * process); master, m and v hold that range, one block from _dos_host_alloc (master
+	 * first) */
+	uint32_t own_first, own_end;
+	uint64_t state_begin, state_len;
+	float *master, *m, *v;
+	int state_pinned; /* how _dos_host_alloc made it */
+	/* per subgroup; m_h and v_h are NULL for subgroups of other ranks, and so is master_h
+	 * in 16-bit precision (in fp32 it receives the owner's updated weights) */
+	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h;
+	starpu_data_handle_t *tensor_weight, *tensor_grad; /* not owned */
+	/* each update's non-finite bits per subgroup, in two slots by update parity, so the
+	 * host reads update u's while u + 1 runs: [slot * nsubgroups + s] (own subgroups) */
+	uint32_t *nonfinite;
+	starpu_data_handle_t *nonfinite_h;
+	uint64_t nonfinite_update[2]; /* the update whose bits each slot holds (0: none yet) */
+	uint64_t step;                /* updates applied so far */
+	uint64_t skipped_steps;       /* steps dropped for overflow */
+	double loss_scale;            /* 1 without dynamic loss scaling */
+	uint32_t good_steps;          /* since the last change of the scale */
+	int copies_on_gpu;            /* gathers and refreshes run on CUDA workers (there are some) */
+};
+
+static void submit_task(struct _dos_optimizer *opt, struct starpu_task *task, enum _dos_task_phase phase,
+			uint32_t subgroup)
 {
 	task->sched_ctx = opt->cfg.sched_ctx;
-	if (opt->hook)
-		opt->hook(opt->hook_arg, task);
+	if (opt->cfg.hook)
+		opt->cfg.hook(opt->cfg.hook_arg, task, phase, subgroup);
 	int err = starpu_task_submit(task);
 	/* a refused submission leaves a half-built step that cannot be undone: a bug */
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", task->cl->name, err);
@@ -94,7 +125,38 @@ static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu
 	return 0;
 }
 
-int _dos_optimizer_create(struct _dos_optimizer *out, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
+/* Registers every subgroup's handles: its state where this rank keeps it (home in the
+ * state block), or, in fp32, the master weights it receives from their owner; its
+ * gradient, 16-bit weights and statistics (no home: made by tasks); and the non-finite
+ * flags (home in opt->nonfinite, read by the host). */
+static void register_handles(struct _dos_optimizer *opt)
+{
+	const struct _dos_optimizer_config *cfg = &opt->cfg;
+	int sixteen = cfg->weight_dtype != DOS_FP32;
+	uint32_t N = opt->map.nsubgroups;
+	for (uint32_t s = 0; s < N; s++) {
+		uint64_t begin = (uint64_t)s * cfg->subgroup_size - opt->state_begin;
+		uint32_t len = (uint32_t)_dos_subgroup_len(&opt->map, s);
+		if (s >= opt->own_first && s < opt->own_end) { /* ours: the state lives here */
+			starpu_vector_data_register(&opt->master_h[s], STARPU_MAIN_RAM,
+						    (uintptr_t)(opt->master + begin), len, sizeof(float));
+			starpu_vector_data_register(&opt->m_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->m + begin), len,
+						    sizeof(float));
+			starpu_vector_data_register(&opt->v_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->v + begin), len,
+						    sizeof(float));
+		} else if (!sixteen) /* receives the owner's updated weights */
+			starpu_vector_data_register(&opt->master_h[s], -1, 0, len, sizeof(float));
+		starpu_vector_data_register(&opt->grad_h[s], -1, 0, len, dos_dtype_size(cfg->grad_dtype));
+		if (sixteen)
+			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
+		starpu_variable_data_register(&opt->stats_h[s], -1, 0, sizeof(struct dos_grad_stats));
+	}
+	for (size_t f = 0; f < 2 * (size_t)N; f++)
+		starpu_variable_data_register(&opt->nonfinite_h[f], STARPU_MAIN_RAM, (uintptr_t)&opt->nonfinite[f],
+					      sizeof *opt->nonfinite);
+}
+
+int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
 			  const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
 			  const float *initial)
 {
@@ -116,10 +178,18 @@ int _dos_optimizer_create(struct _dos_optimizer *out, const struct _dos_optimize
 	if ((err = _dos_optimizer_config_check(cfg, nparams)) ||
 	    (err = _dos_check_sched_ctx("_dos_optimizer_create", "cfg->sched_ctx", cfg->sched_ctx)))
 		return err;
-	/* built aside and copied out at the end: a refused or failed call leaves *out as it was */
-	struct _dos_optimizer o = {0}, *opt = &o;
-	if ((err = _dos_subgroup_map_build(&o.map, numel, ntensors, cfg->subgroup_size)))
+	/* *out is set at the end only: a refused or failed call leaves it as it was */
+	struct _dos_optimizer *opt = calloc(1, sizeof *opt);
+	if (!opt || !(opt->numel = malloc(ntensors * sizeof *opt->numel))) {
+		free(opt);
+		return DOS_FAIL(-ENOMEM, "no memory for an optimizer of %u tensors", ntensors);
+	}
+	memcpy(opt->numel, numel, ntensors * sizeof *numel);
+	if ((err = _dos_subgroup_map_build(&opt->map, numel, ntensors, cfg->subgroup_size))) {
+		free(opt->numel);
+		free(opt);
 		return err;
+	}
 	opt->cfg = *cfg;
 	opt->tensor_weight = weights;
 	opt->tensor_grad = grads;
@@ -127,7 +197,6 @@ int _dos_optimizer_create(struct _dos_optimizer *out, const struct _dos_optimize
 
 	uint64_t P = opt->map.nparams;
 	uint32_t N = opt->map.nsubgroups;
-	int sixteen = cfg->weight_dtype != DOS_FP32;
 	_dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, N, &opt->own_first, &opt->own_end);
 	_dos_dp_owned_params(&cfg->dp, cfg->dp.rank, P, cfg->subgroup_size, &opt->state_begin, &opt->state_len);
 	uint64_t L = opt->state_len;
@@ -138,6 +207,8 @@ int _dos_optimizer_create(struct _dos_optimizer *out, const struct _dos_optimize
 		 (unsigned long long)L, L < P ? ", this rank's share" : "");
 	if ((err = _dos_host_alloc((void **)&state, 3 * L * sizeof(float), what, &opt->state_pinned))) {
 		_dos_subgroup_map_free(&opt->map);
+		free(opt->numel);
+		free(opt);
 		return err;
 	}
 	opt->master = state;
@@ -160,27 +231,8 @@ int _dos_optimizer_create(struct _dos_optimizer *out, const struct _dos_optimize
 	 * when there is one (the gradients come from backward there, the weights go to
 	 * forward there) */
 	opt->copies_on_gpu = starpu_cuda_worker_get_count() > 0;
-	for (uint32_t s = 0; s < N; s++) {
-		uint64_t begin = (uint64_t)s * cfg->subgroup_size - opt->state_begin;
-		uint32_t len = (uint32_t)_dos_subgroup_len(&opt->map, s);
-		if (s >= opt->own_first && s < opt->own_end) { /* ours: the state lives here */
-			starpu_vector_data_register(&opt->master_h[s], STARPU_MAIN_RAM,
-						    (uintptr_t)(opt->master + begin), len, sizeof(float));
-			starpu_vector_data_register(&opt->m_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->m + begin), len,
-						    sizeof(float));
-			starpu_vector_data_register(&opt->v_h[s], STARPU_MAIN_RAM, (uintptr_t)(opt->v + begin), len,
-						    sizeof(float));
-		} else if (!sixteen) /* receives the owner's updated weights */
-			starpu_vector_data_register(&opt->master_h[s], -1, 0, len, sizeof(float));
-		starpu_vector_data_register(&opt->grad_h[s], -1, 0, len, dos_dtype_size(cfg->grad_dtype));
-		if (sixteen)
-			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
-		starpu_variable_data_register(&opt->stats_h[s], -1, 0, sizeof(struct dos_grad_stats));
-	}
-	for (size_t f = 0; f < 2 * (size_t)N; f++)
-		starpu_variable_data_register(&opt->nonfinite_h[f], STARPU_MAIN_RAM, (uintptr_t)&opt->nonfinite[f],
-					      sizeof *opt->nonfinite);
-	*out = o;
+	register_handles(opt);
+	*out = opt;
 	return 0;
 no_memory:
 	_dos_optimizer_destroy(opt);
@@ -206,7 +258,8 @@ void _dos_optimizer_destroy(struct _dos_optimizer *opt)
 	free(opt->nonfinite);
 	_dos_host_free(opt->master, 3 * opt->state_len * sizeof(float), opt->state_pinned);
 	_dos_subgroup_map_free(&opt->map);
-	*opt = (struct _dos_optimizer){0};
+	free(opt->numel);
+	free(opt);
 }
 
 /* What subgroup s's refresh reads: its 16-bit weights, or in fp32 its master weights. */
@@ -236,7 +289,7 @@ static void submit_gather(struct _dos_optimizer *opt, uint32_t s)
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
-	submit_task(opt, task);
+	submit_task(opt, task, DOS_TASK_GATHER, s);
 }
 
 /* Tensor t's working weights from the subgroups its pieces lie in. */
@@ -260,7 +313,7 @@ static void submit_refresh(struct _dos_optimizer *opt, uint32_t t)
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the weight refresh of tensor %u", t);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
-	submit_task(opt, task);
+	submit_task(opt, task, DOS_TASK_REFRESH, DOS_NO_SUBGROUP);
 }
 
 /* Every subgroup's gradient where its state is: one process gathers them all; in a
@@ -335,7 +388,7 @@ static int global_stats(struct _dos_optimizer *opt, double *sum_sq, uint32_t *ov
 		int err = dos_grad_stats_task_create(opt->grad_h[s], opt->cfg.grad_dtype, opt->stats_h[s], &task);
 		if (err)
 			return err;
-		submit_task(opt, task);
+		submit_task(opt, task, DOS_TASK_STATISTICS, s);
 		for (int r = 0; r < _dos_dp_size(dp); r++)
 			if (r != owner)
 				_dos_dp_send(opt->stats_h[s], r, DOS_DP_STATS, s);
@@ -359,9 +412,6 @@ int _dos_optimizer_submit_step(struct _dos_optimizer *opt, struct _dos_step_repo
 {
 	if (!opt || !report)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, report %p)", (void *)opt, (void *)report);
-	if (!opt->master_h)
-		return DOS_FAIL(-EINVAL, "opt %p was not made by _dos_optimizer_create (or was destroyed)",
-				(void *)opt);
 	const struct _dos_optimizer_config *c = &opt->cfg;
 	uint32_t N = opt->map.nsubgroups;
 	*report = (struct _dos_step_report){
@@ -431,7 +481,7 @@ int _dos_optimizer_submit_step(struct _dos_optimizer *opt, struct _dos_step_repo
 	opt->loss_scale = next_scale;
 	opt->good_steps = next_good_steps;
 	for (uint32_t s = opt->own_first; s < opt->own_end; s++)
-		submit_task(opt, updates[s]);
+		submit_task(opt, updates[s], DOS_TASK_UPDATE, s);
 	free(updates);
 	opt->nonfinite_update[update % 2] = update;
 	report->update = update;
@@ -459,7 +509,11 @@ int _dos_optimizer_set_lr(struct _dos_optimizer *opt, double lr)
 	return 0;
 }
 
-void _dos_optimizer_hold_state(const struct _dos_optimizer *opt, enum starpu_data_access_mode mode)
+/* Brings every subgroup's master, m and v home and holds them there in `mode` (STARPU_R to
+ * read opt->master, m, v; STARPU_RW to also write them), waiting for the updates
+ * submitted so far; release_state lets them go again. Between the two the arrays are
+ * the state. */
+static void hold_state(const struct _dos_optimizer *opt, enum starpu_data_access_mode mode)
 {
 	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
 	for (int i = 0; i < 3; i++)
@@ -467,7 +521,7 @@ void _dos_optimizer_hold_state(const struct _dos_optimizer *opt, enum starpu_dat
 			starpu_data_acquire(state[i][s], mode);
 }
 
-void _dos_optimizer_release_state(const struct _dos_optimizer *opt)
+static void release_state(const struct _dos_optimizer *opt)
 {
 	starpu_data_handle_t *state[] = {opt->master_h, opt->m_h, opt->v_h};
 	for (int i = 0; i < 3; i++)
@@ -475,7 +529,9 @@ void _dos_optimizer_release_state(const struct _dos_optimizer *opt)
 			starpu_data_release(state[i][s]);
 }
 
-int _dos_optimizer_check_finite(const struct _dos_optimizer *opt, uint64_t steps_done)
+/* With the state held: -ERANGE naming the first non-finite value of master, m or v
+ * (array, parameter, subgroup, after step `steps_done`); else 0. */
+static int check_finite(const struct _dos_optimizer *opt, uint64_t steps_done)
 {
 	const float *arrays[] = {opt->master, opt->m, opt->v};
 	const char *names[] = {"master weight", "Adam m", "Adam v"};
@@ -502,7 +558,7 @@ void _dos_optimizer_rebuild_weights(struct _dos_optimizer *opt)
 			int err = dos_cast_task_create(opt->master_h[s], opt->weight16_h[s], opt->cfg.weight_dtype,
 						       &task);
 			STARPU_ASSERT_MSG(err == 0, "casting subgroup %u's master weights: %d", s, err);
-			submit_task(opt, task);
+			submit_task(opt, task, DOS_TASK_REFRESH, s);
 		}
 	if (_dos_dp_size(&opt->cfg.dp) > 1) /* each rank's, to the others */
 		exchange_weights(opt);
@@ -513,9 +569,9 @@ void _dos_optimizer_rebuild_weights(struct _dos_optimizer *opt)
 int _dos_optimizer_update_nonfinite(struct _dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,
 				    uint32_t *bits)
 {
-	if (!opt || !opt->nonfinite_h || !count || !subgroup || !bits)
-		return DOS_FAIL(-EINVAL, "NULL argument or optimizer (opt %p, count %p, subgroup %p, bits %p)",
-				(void *)opt, (void *)count, (void *)subgroup, (void *)bits);
+	if (!opt || !count || !subgroup || !bits)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, count %p, subgroup %p, bits %p)", (void *)opt,
+				(void *)count, (void *)subgroup, (void *)bits);
 	if (update == 0 || opt->nonfinite_update[update % 2] != update)
 		return DOS_FAIL(-EINVAL, "update = %llu: its flags are not there (the latest update is %llu)",
 				(unsigned long long)update, (unsigned long long)opt->step);
@@ -538,4 +594,157 @@ int _dos_optimizer_update_nonfinite(struct _dos_optimizer *opt, uint64_t update,
 	*subgroup = first;
 	*bits = first_bits;
 	return 0;
+}
+
+void _dos_optimizer_get_info(const struct _dos_optimizer *opt, struct _dos_optimizer_info *info)
+{
+	*info = (struct _dos_optimizer_info){.nparams = opt->map.nparams,
+					     .subgroup_size = opt->map.subgroup_size,
+					     .ntensors = opt->map.ntensors,
+					     .nsubgroups = opt->map.nsubgroups,
+					     .updates = opt->step,
+					     .skipped_steps = opt->skipped_steps,
+					     .loss_scale = opt->loss_scale,
+					     .state_begin = opt->state_begin,
+					     .state_len = opt->state_len};
+}
+
+int _dos_optimizer_check_update(struct _dos_optimizer *opt, uint64_t update, uint64_t steps_done)
+{
+	if (!DOS_VALUES_ARE_REAL || !update)
+		return 0;
+	uint32_t count, s, bits;
+	int err = _dos_optimizer_update_nonfinite(opt, update, &count, &s, &bits);
+	if (err || count == 0)
+		return err;
+	static const char *const names[] = {"master weight", "Adam m", "Adam v"};
+	char arrays[64] = "", others[64] = "";
+	for (int a = 0; a < 3; a++)
+		if (bits & (1u << a))
+			snprintf(arrays + strlen(arrays), sizeof arrays - strlen(arrays), "%s%s", *arrays ? ", " : "",
+				 names[a]);
+	if (count > 1)
+		snprintf(others, sizeof others, " (and %u more subgroups)", count - 1);
+	uint64_t first = (uint64_t)s * opt->map.subgroup_size;
+	return DOS_FAIL(-ERANGE,
+			"after step %llu the optimizer state is not finite: %s of subgroup %u (parameters %llu to "
+			"%llu)%s; not saved, training stopped",
+			(unsigned long long)steps_done, arrays, s, (unsigned long long)first,
+			(unsigned long long)(first + _dos_subgroup_len(&opt->map, s) - 1), others);
+}
+
+void _dos_optimizer_read_state(struct _dos_optimizer *opt, float *master, float *m, float *v)
+{
+	if (!DOS_VALUES_ARE_REAL)
+		return;
+	hold_state(opt, STARPU_R);
+	float *to[] = {master, m, v};
+	const float *from[] = {opt->master, opt->m, opt->v};
+	for (int i = 0; i < 3; i++)
+		if (to[i])
+			memcpy(to[i], from[i], opt->state_len * sizeof(float));
+	release_state(opt);
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------- */
+
+/* A checkpoint's description of the optimizer now, at `at`: the one place that says what
+ * a checkpoint records, for saving and (its layout) for checking a load. */
+static struct dos_checkpoint_meta checkpoint_meta(const struct _dos_optimizer *opt, const struct _dos_run_position *at)
+{
+	return (struct dos_checkpoint_meta){.nparams = opt->map.nparams,
+					    .subgroup_size = opt->map.subgroup_size,
+					    .ntensors = opt->map.ntensors,
+					    .numel = opt->numel,
+					    .weight_dtype = opt->cfg.weight_dtype,
+					    .grad_dtype = opt->cfg.grad_dtype,
+					    .step = opt->step,
+					    .skipped_steps = opt->skipped_steps,
+					    .steps_done = at->steps_done,
+					    .loss_scale = opt->loss_scale,
+					    .good_steps = opt->good_steps,
+					    .seed = at->seed,
+					    .data_rng = at->data_rng,
+					    .hp = opt->cfg.hp,
+					    .run = at->run};
+}
+
+/* The ranks that keep state each save a shard (with fewer subgroups than ranks, some keep
+ * none): their number, and this rank's shard. */
+static uint32_t count_shards(const struct _dos_optimizer *opt, uint32_t *my_shard)
+{
+	const struct dos_data_parallel *dp = &opt->cfg.dp;
+	uint32_t shards = 0;
+	*my_shard = 0;
+	for (int r = 0; r < _dos_dp_size(dp); r++) {
+		uint32_t first, end;
+		_dos_dp_owned_subgroups(dp, r, opt->map.nsubgroups, &first, &end);
+		*my_shard += r < dp->rank && end > first;
+		shards += end > first;
+	}
+	return shards;
+}
+
+int _dos_optimizer_save(struct _dos_optimizer *opt, const char *dir, unsigned keep, const struct _dos_run_position *at,
+			enum _dos_save_check check, char *path_out, size_t path_size)
+{
+	uint32_t my_shard, shards = count_shards(opt, &my_shard);
+	struct dos_checkpoint_meta meta = checkpoint_meta(opt, at);
+	/* the flags of the latest update, while they are there: after a load, the state is
+	 * what a save wrote, which was finite */
+	uint64_t latest = opt->nonfinite_update[opt->step % 2] == opt->step ? opt->step : 0;
+	int err = check == DOS_SAVE_CHECK_FLAGS ? _dos_optimizer_check_update(opt, latest, at->steps_done) : 0;
+	hold_state(opt, STARPU_R);
+	if (!err && check == DOS_SAVE_CHECK_VALUES)
+		err = check_finite(opt, at->steps_done);
+	if (!err && shards == 1 && opt->state_len > 0)
+		err = _dos_checkpoint_save(dir, &meta, opt->master, opt->m, opt->v, keep, path_out, path_size);
+	else if (!err && opt->state_len > 0) {
+		meta.state_begin = opt->state_begin;
+		meta.state_len = opt->state_len;
+		err = _dos_checkpoint_save_shard(dir, &meta, my_shard, shards, opt->master, opt->m, opt->v);
+	}
+	release_state(opt);
+	const struct dos_data_parallel *dp = &opt->cfg.dp;
+	if (_dos_dp_size(dp) == 1)
+		return err;
+	/* once every shard is saved (or one failed: then every rank fails), rank 0 writes
+	 * the manifest */
+	if (_dos_dp_sum(err != 0) > 0)
+		return err ? err
+			   : DOS_FAIL(-EIO, "checkpoint after step %llu: another rank could not save its shard",
+				      (unsigned long long)at->steps_done);
+	if (dp->rank == 0 && shards > 1) {
+		meta.state_begin = meta.state_len = 0;
+		err = _dos_checkpoint_save_manifest(dir, &meta, shards, keep, path_out, path_size);
+	}
+	if (_dos_dp_sum(err != 0) > 0)
+		return err ? err
+			   : DOS_FAIL(-EIO, "checkpoint after step %llu: rank 0 could not write the manifest",
+				      (unsigned long long)at->steps_done);
+	return 0;
+}
+
+int _dos_optimizer_load(struct _dos_optimizer *opt, const char *path, struct _dos_run_position *at)
+{
+	/* read-write and home: the loaded values replace every copy, wherever it is */
+	hold_state(opt, STARPU_RW);
+	struct _dos_run_position none = {0};
+	struct dos_checkpoint_meta expect = checkpoint_meta(opt, &none), got;
+	int err;
+	if (opt->state_len)
+		err = _dos_checkpoint_load_range(path, &expect, opt->state_begin, opt->state_len, &got, opt->master,
+						 opt->m, opt->v);
+	else /* a rank that keeps no state: the counters only */
+		err = _dos_checkpoint_load_range(path, &expect, 0, 1, &got, NULL, NULL, NULL);
+	if (!err) {
+		opt->step = got.step;
+		opt->skipped_steps = got.skipped_steps;
+		opt->loss_scale = got.loss_scale;
+		opt->good_steps = got.good_steps;
+		*at = (struct _dos_run_position){
+			.steps_done = got.steps_done, .seed = got.seed, .data_rng = got.data_rng, .run = got.run};
+	}
+	release_state(opt);
+	return err;
 }

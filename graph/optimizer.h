@@ -1,19 +1,23 @@
-/* The optimizer half of a training iteration: fp32 master weights and Adam moments of
- * every subgroup, and the tasks one step submits (graph/README.md):
+/* The optimizer: the fp32 master weights and Adam moments of every subgroup, the tasks
+ * one step submits, and the checkpoints of that state. This file and optimizer.c are
+ * its one owner: struct _dos_optimizer is opaque elsewhere, and only the functions below
+ * save, load or read out its state. A step's tasks (graph/README.md):
  *
- *   gather   per subgroup: its gradient from the tensor gradients it straddles (narrowed
- *            to the gradient dtype); depends only on those tensors' final gradients;
- *   stats    per subgroup, then one host-side reduction in subgroup order: only when
- *            clipping or dynamic loss scaling is on (the barrier they need);
- *   update   per subgroup: dos_adam (placed by the scheduling policy), which also
- *            reports whether it wrote an inf or NaN into a flag read one step later;
- *   refresh  per tensor: its working weights from the updated subgroups (in the
- *            tensors' dtype), which the next forward reads.
+ *   gather      per subgroup: its gradient from the tensor gradients it straddles
+ *               (narrowed to the gradient dtype); depends only on those tensors' final
+ *               gradients;
+ *   statistics  per subgroup, then one host-side reduction in subgroup order: only when
+ *               clipping or dynamic loss scaling is on (the barrier they need);
+ *   update      per subgroup: dos_adam (placed by the scheduling policy), which also
+ *               reports whether it wrote an inf or NaN into a flag read one step later;
+ *   refresh     per tensor: its working weights from the updated subgroups (in the
+ *               tensors' dtype), which the next forward reads.
  *
  * Nothing else: with clipping and loss scaling off, an update starts as soon as its
  * subgroup's tensors have their final gradients, while backward still runs below it.
- * The same builder serves dos-train's model and host applications: it only needs the
- * tensors' weight and gradient handles. */
+ * The same builder serves dos-train's loop (train.c) and host applications (the
+ * embedding API, integration/optimizer_api.c): it only needs the tensors' weight and
+ * gradient handles. */
 #ifndef DOS_OPTIMIZER_H
 #define DOS_OPTIMIZER_H
 
@@ -21,8 +25,8 @@
 
 #include "dos.h"
 #include "data_parallel.h"
-#include "model.h"
-#include "subgroups.h"
+#include "checkpoint.h"
+#include "phase.h"
 
 struct _dos_optimizer_config {
 	uint64_t subgroup_size;
@@ -53,36 +57,13 @@ struct _dos_optimizer_config {
 	/* data parallelism (data_parallel.h): this rank keeps the state of its own subgroups
 	 * only; zero: a single process */
 	struct dos_data_parallel dp;
-};
-
-struct _dos_optimizer {
-	struct _dos_optimizer_config cfg;
-	struct dos_subgroup_map map;
-	/* this rank's subgroups [own_first, own_end), whose state it keeps: the parameters
-	 * [state_begin, state_begin + state_len) of the flat space (all of them in a single
-	 * process); master, m and v hold that range, one block from _dos_host_alloc (master
-	 * first) */
-	uint32_t own_first, own_end;
-	uint64_t state_begin, state_len;
-	float *master, *m, *v;
-	int state_pinned; /* how _dos_host_alloc made it */
-	/* per subgroup; m_h and v_h are NULL for subgroups of other ranks, and so is master_h
-	 * in 16-bit precision (in fp32 it receives the owner's updated weights) */
-	starpu_data_handle_t *master_h, *m_h, *v_h, *grad_h, *weight16_h, *stats_h;
-	starpu_data_handle_t *tensor_weight, *tensor_grad; /* not owned */
-	/* each update's non-finite bits per subgroup, in two slots by update parity, so the
-	 * host reads update u's while u + 1 runs: [slot * nsubgroups + s] (own subgroups) */
-	uint32_t *nonfinite;
-	starpu_data_handle_t *nonfinite_h;
-	uint64_t nonfinite_update[2]; /* the update whose bits each slot holds (0: none yet) */
-	uint64_t step;                /* updates applied so far */
-	uint64_t skipped_steps;       /* steps dropped for overflow */
-	double loss_scale;            /* 1 without dynamic loss scaling */
-	uint32_t good_steps;          /* since the last change of the scale */
-	int copies_on_gpu;            /* gathers and refreshes run on CUDA workers (there are some) */
+	/* optional: every task the optimizer submits, before its submission (phase.h) */
 	_dos_task_hook hook;
 	void *hook_arg;
 };
+
+/* An optimizer, made by _dos_optimizer_create (optimizer.c alone sees inside). */
+struct _dos_optimizer;
 
 /* What one submitted step did. */
 struct _dos_step_report {
@@ -103,14 +84,30 @@ int _dos_optimizer_config_check(const struct _dos_optimizer_config *cfg, uint64_
 
 /* Creates the optimizer over `ntensors` tensors (weights: vector handles of
  * cfg->tensor_dtype and numel[t] elements the refresh writes; grads: of
- * cfg->tensor_grad_dtype, written by backward), with master weights initialised from `initial` (flat, fp32). Errors:
- * -EINVAL naming the bad argument or field (NULL, no tensors, empty tensors, handles that
- * are not vectors of cfg->tensor_dtype (grads: tensor_grad_dtype) and numel[t] elements, a scheduling context that
- * does not exist, and _dos_optimizer_config_check's), -ENOMEM naming what could not be allocated; *opt is left
- * untouched then. */
-int _dos_optimizer_create(struct _dos_optimizer *opt, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
+ * cfg->tensor_grad_dtype, written by backward), with master weights initialised from
+ * `initial` (flat, fp32), into *opt. Errors: -EINVAL naming the bad argument or field
+ * (NULL, no tensors, empty tensors, handles that are not vectors of cfg->tensor_dtype
+ * (grads: tensor_grad_dtype) and numel[t] elements, a scheduling context that does not
+ * exist, and _dos_optimizer_config_check's), -ENOMEM naming what could not be allocated;
+ * *opt is left untouched then. */
+int _dos_optimizer_create(struct _dos_optimizer **opt, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
 			  const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
 			  const float *initial);
+/* Waits for the optimizer's tasks and frees everything. NULL does nothing. */
+void _dos_optimizer_destroy(struct _dos_optimizer *opt);
+
+/* What an optimizer is and where it stands. */
+struct _dos_optimizer_info {
+	uint64_t nparams, subgroup_size;
+	uint32_t ntensors, nsubgroups;
+	uint64_t updates;       /* applied so far: Adam's step count t */
+	uint64_t skipped_steps; /* steps dropped for overflow */
+	double loss_scale;      /* for the next step's loss gradient; 1 without dynamic loss scaling */
+	/* the parameters whose state this rank keeps (all of them in a single process) */
+	uint64_t state_begin, state_len;
+};
+void _dos_optimizer_get_info(const struct _dos_optimizer *opt, struct _dos_optimizer_info *info);
+
 /* Submits one step over the gradients the graph has produced (or will produce: tasks
  * depend on them through the handles). Blocks only when clipping or loss scaling needs
  * the global statistics. Returns 0 or a negative errno. */
@@ -119,6 +116,7 @@ int _dos_optimizer_submit_step(struct _dos_optimizer *opt, struct _dos_step_repo
  * already submitted keep theirs). Errors: -EINVAL for a NULL opt, or an lr that
  * dos_adam_step_init refuses with the other hyper-parameters (named with its value). */
 int _dos_optimizer_set_lr(struct _dos_optimizer *opt, double lr);
+
 /* Whether update `update` (a _dos_step_report's) left non-finite values in the state: the
  * number of subgroups it did that to in *count (0: none), the first of them in *subgroup
  * and the enum dos_nonfinite_bits of that one in *bits. Waits for that update's tasks
@@ -127,23 +125,57 @@ int _dos_optimizer_set_lr(struct _dos_optimizer *opt, double lr);
  * NULL arguments or an update whose flags are not (or no longer) there. */
 int _dos_optimizer_update_nonfinite(struct _dos_optimizer *opt, uint64_t update, uint32_t *count, uint32_t *subgroup,
 				    uint32_t *bits);
-/* Waits for the optimizer's tasks and frees everything (master, m, v are up to date). */
-void _dos_optimizer_destroy(struct _dos_optimizer *opt);
+/* The same as an error: -ERANGE naming the step `steps_done`, the first subgroup, its
+ * parameters and the arrays that update `update` left with an inf or NaN, so that a NaN
+ * in the state is reported at the step where it appears instead of being saved or
+ * trained on; 0 when they are finite, for update 0 (a skipped step wrote nothing), and
+ * under SimGrid (no values). Errors of _dos_optimizer_update_nonfinite otherwise. */
+int _dos_optimizer_check_update(struct _dos_optimizer *opt, uint64_t update, uint64_t steps_done);
 
-/* Brings every subgroup's master, m and v home and holds them there in `mode` (STARPU_R to
- * read opt->master, m, v; STARPU_RW to also write them), waiting for the updates submitted
- * so far; _dos_optimizer_release_state lets them go again. Between the two the arrays are
- * the state, for checkpoints and the finiteness check. */
-void _dos_optimizer_hold_state(const struct _dos_optimizer *opt, enum starpu_data_access_mode mode);
-void _dos_optimizer_release_state(const struct _dos_optimizer *opt);
-/* With the state held: -ERANGE naming the first non-finite value of master, m or v (array,
- * parameter, subgroup, after step `steps_done`), so that a NaN in the state is reported
- * instead of being saved or trained on silently; else 0. */
-int _dos_optimizer_check_finite(const struct _dos_optimizer *opt, uint64_t steps_done);
+/* Copies this rank's state after the updates submitted so far (it waits for them) into
+ * master, m and v: state_len floats each (_dos_optimizer_info), or NULL to skip one.
+ * Nothing under SimGrid (no values). */
+void _dos_optimizer_read_state(struct _dos_optimizer *opt, float *master, float *m, float *v);
+
+/* ---- checkpoints (graph/checkpoint.h holds the format) ---- */
+
+/* What a checkpoint records of the run around the optimizer: the steps taken, skipped
+ * ones included, the data loader's seed and batch-order state (0 without one), and the
+ * run's identity (graph/checkpoint.h). */
+struct _dos_run_position {
+	uint64_t steps_done, seed, data_rng;
+	struct _dos_run_id run;
+};
+
+/* How a save makes sure that the state it writes is finite (a checkpoint never holds an
+ * inf or a NaN): by the non-finite flags of the latest update (cheap, and it names the
+ * arrays and the subgroup; for a loop that checks every update's flags as it goes), or
+ * by reading every value of the state (it names the value). */
+enum _dos_save_check {
+	DOS_SAVE_CHECK_FLAGS,
+	DOS_SAVE_CHECK_VALUES,
+};
+
+/* Saves the state after the updates submitted so far (it waits for them), its counters
+ * and `at` as checkpoint-<at->steps_done>.dos in the existing directory `dir`, atomically,
+ * then deletes the checkpoints there beyond the `keep` most recent; the path written
+ * goes to path_out (of path_size bytes) unless it is NULL. In a data-parallel job every
+ * rank calls it: each rank that keeps state saves its shard, then rank 0 the manifest
+ * (the directory must be shared), and every rank fails when one does. Errors: -ERANGE
+ * when the state is not finite (nothing written), and _dos_checkpoint_save's. */
+int _dos_optimizer_save(struct _dos_optimizer *opt, const char *dir, unsigned keep, const struct _dos_run_position *at,
+			enum _dos_save_check check, char *path_out, size_t path_size);
+/* Replaces this rank's state and the counters with those of the checkpoint at `path` (a
+ * whole checkpoint or a manifest, of any number of shards: a job resumes on any number
+ * of ranks; a rank that keeps no state reads the counters only), verified before
+ * anything changes, and returns the run's position in *at. Call it when the optimizer's
+ * tasks so far have ended; then _dos_optimizer_rebuild_weights (in a data-parallel job,
+ * once every rank has loaded). Errors: _dos_checkpoint_load_range's. */
+int _dos_optimizer_load(struct _dos_optimizer *opt, const char *path, struct _dos_run_position *at);
 /* Submits the tasks that make every tensor's working weights what the weight refresh
  * makes of the current master weights (in 16-bit modes through the 16-bit weights, cast
- * first): after a checkpoint's state was loaded into opt->master, the next forward then
- * reads exactly what it would have read without the interruption. */
+ * first): after a load, the next forward then reads exactly what it would have read
+ * without the interruption. */
 void _dos_optimizer_rebuild_weights(struct _dos_optimizer *opt);
 
 #endif /* DOS_OPTIMIZER_H */

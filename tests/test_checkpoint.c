@@ -929,6 +929,20 @@ static void versions_group(const char *dir)
 
 /* ---- folders: one run, one process -------------------------------------------------------- */
 
+/* A resume's loader: the whole state into the arrays, as a run's optimizer would. */
+struct load_into {
+	const struct dos_checkpoint_meta *expect;
+	struct dos_checkpoint_meta *got;
+	float *master, *m, *v;
+	uint64_t n;
+};
+
+static int load_into(void *arg, const char *path)
+{
+	struct load_into *l = arg;
+	return _dos_checkpoint_load_range(path, l->expect, 0, l->n, l->got, l->master, l->m, l->v);
+}
+
 static void skipped_count(void *arg, const char *path, const char *why)
 {
 	CHECK(path && why && *why, "skipped without a path or a reason");
@@ -1047,8 +1061,8 @@ static void folders_group(const char *top)
 	struct dos_checkpoint_meta got;
 	float *master = test_malloc(3000 * 4), *m = test_malloc(3000 * 4), *v = test_malloc(3000 * 4);
 	char loaded[4096];
-	CHECK(_dos_checkpoint_folder_resume(&f, &s.meta, 0, 3000, &got, master, m, v, &search, "ADVICE", loaded,
-					    sizeof loaded) == 0,
+	struct load_into into = {&s.meta, &got, master, m, v, 3000};
+	CHECK(_dos_checkpoint_folder_resume(&f, load_into, &into, &search, "ADVICE", loaded, sizeof loaded) == 0,
 	      "resume: %s", dos_last_error());
 	CHECK(!strcmp(loaded, path) && got.steps_done == 5 && skipped == 3 && _dos_run_id_equal(&f.run, &run) &&
 		      !memcmp(master, s.master, 3000 * 4),
@@ -1062,8 +1076,7 @@ static void folders_group(const char *top)
 	save_ok(dir, &other, 1, NULL, 0);
 	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
 	memset(master, 0, 3000 * 4);
-	CHECK(_dos_checkpoint_folder_resume(&f, &s.meta, 0, 3000, &got, master, m, v, NULL, "ADVICE", NULL, 0) ==
-			      -EEXIST &&
+	CHECK(_dos_checkpoint_folder_resume(&f, load_into, &into, NULL, "ADVICE", NULL, 0) == -EEXIST &&
 		      strstr(dos_last_error(), "checkpoint-2.dos") && master[5] == 0,
 	      "resume beside another run's checkpoint: %s", dos_last_error());
 	_dos_checkpoint_folder_release(&f);
@@ -1074,8 +1087,7 @@ static void folders_group(const char *top)
 	FORMAT(name, "%s/checkpoint-4.dos", dir);
 	remove(name);
 	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
-	CHECK(_dos_checkpoint_folder_resume(&f, &s.meta, 0, 3000, &got, master, m, v, NULL, "ADVICE", NULL, 0) ==
-			      -ENOENT &&
+	CHECK(_dos_checkpoint_folder_resume(&f, load_into, &into, NULL, "ADVICE", NULL, 0) == -ENOENT &&
 		      strstr(dos_last_error(), "none of the 3 checkpoints") &&
 		      strstr(dos_last_error(), "checkpoint-6.dos") && strstr(dos_last_error(), "corrupted"),
 	      "nothing to resume from: %s", dos_last_error());

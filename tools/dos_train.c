@@ -162,9 +162,6 @@ __attribute__((constructor)) static void simulate_from_command_line(void)
 
 /* ---- phase times and update placement, from task profiling --------------------------- */
 
-enum phase { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE, PHASE_EVAL, PHASE_COUNT };
-static const char *const phase_names[PHASE_COUNT] = {"data", "forward", "backward", "update", "held-out evaluation"};
-
 /* Time intervals (us), to tell how many updates ran while backward was still running. */
 struct intervals {
 	double (*at)[2];
@@ -179,7 +176,7 @@ struct accounting {
 	pthread_mutex_t lock;
 	uint64_t microbatches_submitted; /* embedding forwards: accumulation per step */
 	uint32_t accumulation;
-	double busy[PHASE_COUNT]; /* task seconds, summed over workers */
+	double busy[DOS_TASK_PHASES]; /* task seconds, summed over workers */
 	uint64_t updates_cpu, updates_gpu;
 	/* the model's matrix products (the codelets whose perfmodel counts floating-point
 	 * operations), by worker type: 0 CPU, 1 CUDA */
@@ -233,23 +230,11 @@ static size_t updates_during_backward(struct intervals *backward, struct interva
 	return count;
 }
 
-static enum phase phase_of(const char *name)
-{
-	if (!strcmp(name, "dos_batch"))
-		return PHASE_DATA;
-	if (!strcmp(name, "dos_eval")) /* graph/model.c names every task of an evaluation so */
-		return PHASE_EVAL;
-	if (strstr(name, "_bwd"))
-		return PHASE_BACKWARD;
-	if (!strncmp(name, "dos_adam", 8) || !strcmp(name, "dos_flat_copy") || !strcmp(name, "dos_grad_stats"))
-		return PHASE_UPDATE;
-	return PHASE_FORWARD; /* *_fwd and the loss */
-}
-
 struct watched {
 	struct accounting *acc;
 	void (*callback)(void *);
 	void *callback_arg;
+	enum _dos_task_phase phase;
 	int record_interval; /* a task of the first OVERLAP_STEPS steps of this run */
 	double flops;        /* a matrix product's floating-point operations, else 0 */
 };
@@ -261,21 +246,18 @@ static void account_task(void *arg)
 	struct starpu_profiling_task_info *info = task ? task->profiling_info : NULL;
 	if (info) {
 		double seconds = starpu_timing_timespec_delay_us(&info->start_time, &info->end_time) * 1e-6;
-		const char *name = starpu_task_get_name(task);
 		double start = starpu_timing_timespec_to_us(&info->start_time);
 		double end = starpu_timing_timespec_to_us(&info->end_time);
-		enum phase phase = phase_of(name ? name : "");
 		pthread_mutex_lock(&w->acc->lock);
-		w->acc->busy[phase] += seconds;
+		w->acc->busy[w->phase] += seconds;
 		if (w->flops > 0) {
 			int on_gpu = starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER;
 			w->acc->product_flops[on_gpu] += w->flops;
 			w->acc->product_seconds[on_gpu] += seconds;
 		}
-		if (phase == PHASE_BACKWARD)
-			if (w->record_interval)
-				intervals_add(&w->acc->backward, start, end);
-		if (task->cl && !strcmp(task->cl->name, "dos_adam")) {
+		if (w->phase == DOS_TASK_BACKWARD && w->record_interval)
+			intervals_add(&w->acc->backward, start, end);
+		if (w->phase == DOS_TASK_UPDATE) {
 			if (w->record_interval)
 				intervals_add(&w->acc->updates, start, end);
 			if (starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER)
@@ -290,32 +272,34 @@ static void account_task(void *arg)
 	free(w);
 }
 
-static void watch_task(void *arg, struct starpu_task *task)
+static void watch_task(void *arg, struct starpu_task *task, enum _dos_task_phase phase, uint32_t subgroup)
 {
+	(void)subgroup;
 	struct accounting *acc = arg;
 	struct watched *w = malloc(sizeof *w);
-	/* tasks are submitted in step order, and each micro-batch starts with its embedding
-	 * forward (the batch tasks do not come through this hook; an evaluation's embedding
-	 * forward is named dos_eval) */
-	const char *name = starpu_task_get_name(task);
-	if (name && !strcmp(name, "dos_embed_fwd"))
+	/* tasks are submitted in step order, and each training micro-batch starts with its
+	 * data task */
+	if (phase == DOS_TASK_DATA)
 		acc->microbatches_submitted++;
 	if (w) {
-		*w = (struct watched){acc, task->callback_func, task->callback_arg,
-				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation, 0};
-		/* the products' perfmodels regress on their operation count (codelets/model_codelets.c):
-		 * the same count gives their rate */
-		enum phase phase = phase_of(name ? name : "");
-		if ((phase == PHASE_FORWARD || phase == PHASE_BACKWARD) && task->cl && task->cl->model &&
+		*w = (struct watched){acc,
+				      task->callback_func,
+				      task->callback_arg,
+				      phase,
+				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation,
+				      0};
+		/* the products' perfmodels regress on their operation count
+		 * (codelets/model_codelets.c): the same count gives their rate */
+		if ((phase == DOS_TASK_FORWARD || phase == DOS_TASK_BACKWARD) && task->cl && task->cl->model &&
 		    task->cl->model->size_base)
 			w->flops = (double)task->cl->model->size_base(task, 0);
 		task->callback_func = account_task;
 		task->callback_arg = w;
 	}
 	/* the picture is of the training iteration: the held-out evaluation after it is not
-	 * drawn (graph/model.c names its tasks dos_eval) */
-	if (acc->timeline && !(name && !strcmp(name, "dos_eval")))
-		dos_timeline_watch(acc->timeline, task);
+	 * drawn */
+	if (acc->timeline && phase != DOS_TASK_EVALUATION)
+		dos_timeline_watch(acc->timeline, task, phase);
 }
 
 static void start_timeline(void *arg)
@@ -689,7 +673,7 @@ static void print_summary(const struct train_options *o, const struct dos_train_
 		printf("dos-train: resumed after step %llu from %s\n", (unsigned long long)out->resumed_from,
 		       out->resumed_path);
 	uint64_t tokens = steps_run * (uint64_t)cfg->accumulation * ranks * cfg->micro_batch * cfg->shape.seq_len;
-	for (int p = 0; p < PHASE_COUNT; p++) /* the job's, over every rank's workers */
+	for (int p = 0; p < DOS_TASK_PHASES; p++) /* the job's, over every rank's workers */
 		acc->busy[p] = _dos_dp_sum(acc->busy[p]);
 	acc->updates_cpu = (uint64_t)_dos_dp_sum((double)acc->updates_cpu);
 	acc->updates_gpu = (uint64_t)_dos_dp_sum((double)acc->updates_gpu);
@@ -725,8 +709,9 @@ static void print_summary(const struct train_options *o, const struct dos_train_
 	}
 	print_steady_iteration(pr, CLOCK);
 	printf("summary: task time by phase (summed over workers):");
-	for (int p = 0; p < PHASE_COUNT; p++)
-		printf(" %s %.2f s%s", phase_names[p], acc->busy[p], p + 1 < PHASE_COUNT ? "," : "\n");
+	for (int p = 0; p < DOS_TASK_PHASES; p++)
+		printf(" %s %.2f s%s", _dos_task_phase_name((enum _dos_task_phase)p), acc->busy[p],
+		       p + 1 < DOS_TASK_PHASES ? "," : "\n");
 	/* Against `dos-bench gemm` (one OpenBLAS thread; cuBLAS per precision): the share of
 	 * the machine's product rate that forward and backward reach. */
 	for (int g = 0; g < 2; g++)
