@@ -724,25 +724,25 @@ def _e(x):
     return "%-15e" % x
 
 
-def perfmodel_block(machine, codelet, comb, device, cpu_workers):
+def perfmodel_block(machine, codelet, comb, device, cpu_workers, devid=0):
     a, b, c = regression(machine, codelet, device, cpu_workers)
     entries = []
     for nx in sorted(HISTORY_NX, reverse=True):  # StarPU lists the newest entry first
         size = codelet.size(nx)
         mean = a * size**b + c
         entries.append((footprint(codelet, nx), size, mean))
-    return _perfmodel_block_text(comb, device, (a, b, c), entries)
+    return _perfmodel_block_text(comb, device, devid, (a, b, c), entries)
 
 
-def model_perfmodel_block(machine, mc, comb, device, cpu_workers):
+def model_perfmodel_block(machine, mc, comb, device, cpu_workers, devid=0):
     a, b, c = model_regression(machine, mc, device, cpu_workers)
     sizes = HISTORY_FLOPS if mc.size == FLOPS else HISTORY_BYTES
     entries = [(synthetic_footprint(size), size, a * size**b + c) for size in sorted(sizes, reverse=True)]
     assert len({fp for fp, _, _ in entries}) == len(entries), f"{mc.symbol}: synthetic footprints collide"
-    return _perfmodel_block_text(comb, device, (a, b, c), entries)
+    return _perfmodel_block_text(comb, device, devid, (a, b, c), entries)
 
 
-def _perfmodel_block_text(comb, device, abc, entries):
+def _perfmodel_block_text(comb, device, devid, abc, entries):
     """One combination's part of a perfmodel file, as StarPU 1.4.10's dump_per_arch_model_file
     writes it, from the regression and the history entries (footprint, size, mean us)."""
     a, b, c = abc
@@ -771,7 +771,7 @@ def _perfmodel_block_text(comb, device, abc, entries):
     out.append("####################\n")
     out.append("# DEV_0\n")
     out.append("# device id \n")
-    out.append("0\n")
+    out.append(f"{devid}\n")
     out.append("####################\n")
     out.append("# DEV_0\n")
     out.append("# number of cores \n")
@@ -780,7 +780,7 @@ def _perfmodel_block_text(comb, device, abc, entries):
     out.append("# number of implementations\n")
     out.append("1\n")
     out.append("#####\n")
-    out.append(f"# Model for {arch}0_impl0 (Comb{comb})\n")
+    out.append(f"# Model for {arch}{devid}_impl0 (Comb{comb})\n")
     out.append(f"# number of entries\n{len(entries)}\n")
     out.append("# sumlnx\tsumlnx2\t\tsumlny\t\tsumlnxlny\talpha\t\tbeta\t\tn\tminx\t\tmaxx\n")
     out.append(f"{_e(sumlnx)}\t{_e(sumlnx2)}\t{_e(sumlny)}\t{_e(sumlnxlny)}\t")
@@ -807,14 +807,18 @@ def perfmodel_file(machine, codelet, cpu_workers):
         "####################\n"
         "# COMBs\n"
         "# number of combinations\n"
-        "2\n"
+        f"{1 + machine.ngpus()}\n"
     )
     if isinstance(codelet, ModelCodelet):
         block = model_perfmodel_block
     else:
         block = perfmodel_block
-    cpu = block(machine, codelet, 0, CPU_WORKER, cpu_workers)
-    return head + cpu + block(machine, codelet, 1, CUDA_WORKER, cpu_workers)
+    # One combination per CUDA device, as StarPU calibrates them (its CUDA perfmodels are
+    # per device unless STARPU_PERF_MODEL_HOMOGENEOUS_CUDA=1); the CPU workers share one.
+    out = head + block(machine, codelet, 0, CPU_WORKER, cpu_workers)
+    for k in range(machine.ngpus()):
+        out += block(machine, codelet, 1 + k, CUDA_WORKER, cpu_workers, devid=k)
+    return out
 
 
 # ---- bus files --------------------------------------------------------------------------
