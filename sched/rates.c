@@ -5,7 +5,9 @@
  * which. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "codelet_util.h"
 #include "codelets.h"
@@ -66,6 +68,59 @@ static double link_rate(unsigned src, unsigned dst)
 	return isfinite(mb_per_s) && mb_per_s > 0 ? mb_per_s * 1e6 : DEFAULT_LINK_BYTES_PER_SECOND;
 }
 
+#ifdef STARPU_SIMGRID
+/* The bridge GPU `devid` crosses to host memory, from the simulated machine's platform
+ * file: the first "... through" link of its route from RAM (tools/gen-machine.py writes
+ * them, as StarPU's own platform writer does). Copied into `name`; 0 when found. */
+static int platform_bridge(const char *xml, int devid, char *name, size_t size)
+{
+	char route[64];
+	snprintf(route, sizeof route, "<route src=\"RAM\" dst=\"CUDA%d\"", devid);
+	const char *start = strstr(xml, route);
+	const char *end = start ? strstr(start, "</route>") : NULL;
+	for (const char *at = start; at && end && (at = strstr(at, "<link_ctn id=\"")) && at < end;) {
+		at += strlen("<link_ctn id=\"");
+		const char *quote = strchr(at, '"');
+		size_t len = quote ? (size_t)(quote - at) : 0;
+		if (len > 8 && len < size && !strncmp(quote - 8, " through", 8)) {
+			memcpy(name, at, len);
+			name[len] = '\0';
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* How many of the `ngpus` GPUs (devices 0..ngpus-1) cross the same bridge as `devid`, by
+ * the platform file ($STARPU_PERF_MODEL_DIR/bus/$STARPU_HOSTNAME.platform.v4.xml, as
+ * tools/sim-env.sh sets them); 0 when it cannot tell. StarPU 1.4.10 cannot: its
+ * _starpu_simgrid_count_ngpus runs before the CUDA driver registers the peer buses it
+ * would annotate, so every peer bus reads "shared by all GPUs". */
+static int simulated_bridge_share(int devid, int ngpus)
+{
+	const char *dir = getenv("STARPU_PERF_MODEL_DIR"), *host = getenv("STARPU_HOSTNAME");
+	char path[4096], mine[128], other[128];
+	if (!dir || !host || snprintf(path, sizeof path, "%s/bus/%s.platform.v4.xml", dir, host) >= (int)sizeof path)
+		return 0;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	char *xml = NULL;
+	long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+	if (size > 0 && fseek(f, 0, SEEK_SET) == 0 && (xml = malloc((size_t)size + 1)) != NULL) {
+		size = (long)fread(xml, 1, (size_t)size, f);
+		xml[size] = '\0';
+	}
+	fclose(f);
+	int share = 0;
+	if (xml && platform_bridge(xml, devid, mine, sizeof mine) == 0)
+		for (int k = 0; k < ngpus; k++)
+			share += platform_bridge(xml, k, other, sizeof other) == 0 && !strcmp(mine, other);
+	free(xml);
+	return share;
+}
+#endif
+
 /* How many GPUs share the nearest PCIe switch or host bridge of `node` on its way to host
  * memory, as StarPU reports it for peer copies: for each other GPU, the number of GPUs
  * below the bridge the two meet at (hwloc's common ancestor on a real machine, the
@@ -77,6 +132,11 @@ static double link_rate(unsigned src, unsigned dst)
  * bridge, which overstates sharing: then the bound is looser, still a bound. */
 static int gpus_sharing_bridge(unsigned node, const unsigned *gpu_nodes, int ngpus)
 {
+#ifdef STARPU_SIMGRID
+	int simulated = simulated_bridge_share(starpu_memory_node_get_devid(node), ngpus);
+	if (simulated > 0)
+		return simulated;
+#endif
 	int share = 1;
 	for (int j = 0; j < ngpus; j++) {
 		if (gpu_nodes[j] == node)
