@@ -827,10 +827,11 @@ def perfmodel_file(machine, codelet, cpu_workers):
 def matrix_file(values):
     """values[src][dst] for nodes 0 (NUMA 0) and 1..G (CUDA 0..G-1); written as StarPU's
     write_bus_{bandwidth,latency}_file_content does: a header with a trailing tab,
-    max(MATRIX_NODES, G + 1) tab-separated columns (no trailing tab), nan outside the
-    machine, then the all-nan rows."""
+    max(MATRIX_NODES, G + 2) tab-separated columns (no trailing tab), nan outside the
+    machine, then the all-nan rows: at least one, or StarPU's reader leaves the last
+    node's row and column nan (seen with 8 GPUs)."""
     nodes = len(values)
-    size = max(MATRIX_NODES, nodes)
+    size = max(MATRIX_NODES, nodes + 1)
     header = ["to NUMA 0"] + [f"to CUDA {k}" for k in range(nodes - 1)]
     out = ["# " + "".join(h + "\t" for h in header) + "\n"]
     for src in range(size):
