@@ -80,7 +80,7 @@ class Machine:
     # GPUs, each with its own x16 link (pcie_h2d, pcie_d2h); gpus_per_switch of them share
     # one PCIe switch whose uplink to the host (switch_h2d, switch_d2h) they share.
     gpus: Optional[Num] = None  # G; None: one GPU
-    sockets: Optional[Num] = None  # documentation and affinity: the switches are spread evenly over them
+    sockets: Optional[Num] = None  # documentation: the simulation has one host memory node
     gpus_per_switch: Optional[Num] = None
     switch_h2d: Optional[Num] = None  # B/s, sustained, one switch's uplink, host to switch
     switch_d2h: Optional[Num] = None  # B/s, sustained, switch to host
