@@ -43,14 +43,14 @@ static const void **source_pointers(void *buffers[])
 	if (!sources)
 		STARPU_ABORT_MSG("out of memory for %u source pointers", nsources);
 	for (unsigned s = 0; s < nsources; s++)
-		sources[s] = (const void *)STARPU_VECTOR_GET_PTR(buffers[s + 1]);
+		sources[s] = _dos_buffer_ptr(buffers[s + 1]);
 	return sources;
 }
 
 static void flat_copy_cpu(void *buffers[], void *cl_arg)
 {
 	const void **sources = source_pointers(buffers);
-	_dos_flat_copy_cpu((void *)STARPU_VECTOR_GET_PTR(buffers[0]), sources, cl_arg);
+	_dos_flat_copy_cpu(_dos_buffer_ptr(buffers[0]), sources, cl_arg);
 	free(sources);
 }
 
@@ -58,8 +58,8 @@ static void flat_copy_cpu(void *buffers[], void *cl_arg)
 static void flat_copy_cuda(void *buffers[], void *cl_arg)
 {
 	const void **sources = source_pointers(buffers);
-	DOS_CUDA_CHECK(_dos_flat_copy_cuda((void *)STARPU_VECTOR_GET_PTR(buffers[0]), sources, cl_arg,
-					   starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(
+		_dos_flat_copy_cuda(_dos_buffer_ptr(buffers[0]), sources, cl_arg, starpu_cuda_get_local_stream()));
 	free(sources);
 }
 #endif

@@ -101,8 +101,8 @@ int _dos_optimizer_config_check(const struct _dos_optimizer_config *c, uint64_t 
 	return 0;
 }
 
-/* Each tensor's weight and gradient handle: a vector of numel[t] elements of the tensor
- * dtypes' sizes (the gathers and refreshes copy exactly that many). */
+/* Each tensor's weight and gradient handle: contiguous data of numel[t] elements of the
+ * tensor dtypes' sizes (the gathers and refreshes copy exactly that many). */
 static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu_data_handle_t *weights,
 				starpu_data_handle_t *grads, size_t weight_elemsize, size_t grad_elemsize)
 {
@@ -113,8 +113,8 @@ static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu
 			char name[32];
 			uint32_t nx;
 			snprintf(name, sizeof name, "%s[%u]", list_names[l], t);
-			int err = _dos_check_vector("_dos_optimizer_create", name, lists[l][t],
-						    l ? grad_elemsize : weight_elemsize, &nx);
+			int err = _dos_check_contiguous("_dos_optimizer_create", name, lists[l][t],
+							l ? grad_elemsize : weight_elemsize, &nx);
 			if (err)
 				return err;
 			if (nx != numel[t])

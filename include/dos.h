@@ -138,16 +138,28 @@ int dos_cpu_isa_supported(enum dos_cpu_isa isa);
 const char *dos_cpu_isa_name(enum dos_cpu_isa isa);
 
 /* ---- Subgroup codelets ---------------------------------------------------------------
- * Every task creator below checks its handles (vector interface, equal lengths, element
- * sizes that match the dtypes) and returns an unsubmitted task in *task_out, so callers
+ * Every task creator below checks its handles and returns an unsubmitted task in
+ * *task_out, so callers
  * can set a scheduling context, priority or worker before starpu_task_submit(). Each
  * codelet has a CPU and, when built with CUDA, a CUDA implementation with identical
- * results, and a regression perfmodel named after the codelet ("dos_adam", ...). */
+ * results, and a regression perfmodel named after the codelet ("dos_adam", ...).
+ *
+ * Data handles (here and in struct dos_opt_tensor): any StarPU handle whose elements lie
+ * in one contiguous block: a vector, a variable (of a whole number of elements), or a
+ * matrix, block or tensor registered without padding (leading dimensions equal to the
+ * sizes), including handles StarPU allocates itself (registered with home node -1,
+ * as tile-based codes do: every copy StarPU allocates is packed). Refused with -EINVAL
+ * and a message naming the handle: padded (non-contiguous) layouts, other interfaces
+ * (CSR, COO, multiformat, ndim...), element sizes other than the dtype's, and so fp64
+ * data: elements are fp32, fp16 or bf16 (enum dos_dtype), never fp64. Handles of one
+ * task must hold the same number of elements. */
 
 /* One Adam/AdamW update of a subgroup: master (fp32, RW), m (fp32, RW), v (fp32, RW),
  * grad (grad_dtype, R), and weight16 (weight_dtype fp16 or bf16, W; NULL when training in
  * fp32). The step scalars are copied into the task; each field must lie where
- * dos_adam_step_init() puts it (-EINVAL naming the field otherwise). */
+ * dos_adam_step_init() puts it (-EINVAL naming the field otherwise). A task whose master
+ * weights are the application's own fp32 tile (weight16 NULL) updates it in place: the
+ * task-level route of a tile-based code (docs/nntile.md). */
 int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t master, starpu_data_handle_t m,
 			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,
 			 starpu_data_handle_t weight16, enum dos_dtype weight_dtype, struct starpu_task **task_out);
@@ -299,8 +311,9 @@ enum dos_memory {
 
 /* One tensor of the application: its working weights (which each step's refresh
  * overwrites) and its gradient (which the application's backward writes), each given
- * either as a StarPU handle the application registered (a vector of numel elements of
- * cfg.tensor_dtype; the application's tasks use it) or as a buffer that dos_opt_create
+ * either as a StarPU handle the application registered (contiguous data of numel elements
+ * of cfg.tensor_dtype, see "Data handles" above; the application's tasks use it) or as a
+ * buffer that dos_opt_create
  * registers and dos_opt_destroy unregisters. Buffers do not take part in the
  * application's task graph: write the gradient before dos_opt_submit_step, and read the
  * weights after dos_opt_wait. Set exactly one of weight and weight_ptr, and of grad and
@@ -365,7 +378,7 @@ int dos_opt_config_init(struct dos_opt_config *cfg);
  * initialised here is shut down again, buffers registered here are unregistered).
  * Errors: -EINVAL for a NULL out, cfg or tensors, ntensors 0, a bad configuration field
  * (named with its value), a tensor with numel 0 or above 2^32 - 1, without or with both a
- * handle and a buffer for its weight or gradient, a handle that is not a vector of numel
+ * handle and a buffer for its weight or gradient, a handle that is not contiguous data of numel
  * elements of tensor_dtype, a handle used twice, handles while StarPU is not initialised,
  * a location outside enum dos_memory, a CUDA device no StarPU CUDA worker uses, an
  * unknown policy; -ENODEV when StarPU finds no worker; -ENOMEM. */

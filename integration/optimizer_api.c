@@ -245,7 +245,8 @@ static int by_address(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The application's handles: vectors of numel elements of tensor_dtype, none twice (a
+/* The application's handles: contiguous data of numel elements of tensor_dtype (any of
+ * the interfaces _dos_check_contiguous accepts), none twice (a
  * gradient that is also a weight, or shared by two tensors, would be overwritten). */
 static int check_handles(uint32_t ntensors, const struct dos_opt_tensor *tensors, enum dos_dtype dtype)
 {
@@ -261,7 +262,7 @@ static int check_handles(uint32_t ntensors, const struct dos_opt_tensor *tensors
 			char name[48];
 			snprintf(name, sizeof name, "tensors[%u].%s", t, g ? "grad" : "weight");
 			uint32_t nx;
-			int err = _dos_check_vector("dos_opt_create", name, h, dos_dtype_size(dtype), &nx);
+			int err = _dos_check_contiguous("dos_opt_create", name, h, dos_dtype_size(dtype), &nx);
 			if (!err && nx != tensors[t].numel)
 				err = _dos_fail(-EINVAL, "dos_opt_create", "%s has %u elements but numel = %llu", name,
 						nx, (unsigned long long)tensors[t].numel);
@@ -319,7 +320,7 @@ static void read_initial_weights(const struct dos_opt *opt, enum dos_dtype dtype
 	uint64_t at = 0;
 	for (uint32_t t = 0; t < opt->ntensors; t++) {
 		starpu_data_acquire(opt->weight[t], STARPU_R);
-		const void *w = (const void *)starpu_vector_get_local_ptr(opt->weight[t]);
+		const void *w = starpu_data_get_local_ptr(opt->weight[t]);
 		for (uint64_t i = 0; i < opt->numel[t]; i++)
 			flat[at + i] = dos_load_elem(w, i, dtype);
 		starpu_data_release(opt->weight[t]);

@@ -686,7 +686,7 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	STARPU_ASSERT_MSG(sg && place, "out of memory planning %d subgroups", s->n);
 	for (int i = 0; i < s->n; i++) {
 		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], DOS_ADAM_BUF_MASTER);
-		sg[i].params = (double)starpu_vector_get_nx(master);
+		sg[i].params = (double)_dos_handle_count(master, sizeof(float));
 		sg[i].resident_now = state_on_gpu(s->tasks[i], gpu);
 	}
 	struct dos_machine_costs m;
