@@ -240,7 +240,8 @@ static void refusals_with_starpu(void)
 	BAD_TENSOR((x[1].grad = x[1].weight), "is given twice");
 	struct dos_opt_config bf16 = cfg;
 	bf16.tensor_dtype = DOS_BF16;
-	expect(dos_opt_create(&opt, &bf16, T, a.tensors), -EINVAL, "tensors[0].weight is a vector of 4-byte elements, expected 2");
+	expect(dos_opt_create(&opt, &bf16, T, a.tensors), -EINVAL,
+	       "tensors[0].weight is a vector of 4-byte elements, expected 2");
 
 	/* none of that made a context: ours is the first one created after StarPU's own */
 	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
