@@ -125,6 +125,15 @@ static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu
 	return 0;
 }
 
+/* Whether subgroup s updates from its tensor's gradient handle itself: it is exactly one
+ * tensor, whose gradient has the subgroup gradient's dtype, in a single process (in a
+ * data-parallel job the gathering rank sends subgroup gradients to their owners). */
+static int borrows_gradient(const struct _dos_optimizer *opt, uint32_t s)
+{
+	return opt->map.follows_tensors && _dos_dp_size(&opt->cfg.dp) == 1 &&
+	       opt->cfg.tensor_grad_dtype == opt->cfg.grad_dtype && _dos_subgroup_whole_tensor(&opt->map, s) >= 0;
+}
+
 /* Registers every subgroup's handles: its state where this rank keeps it (home in the
  * state block), or, in fp32, the master weights it receives from their owner; its
  * gradient, 16-bit weights and statistics (no home: made by tasks); and the non-finite
@@ -135,7 +144,7 @@ static void register_handles(struct _dos_optimizer *opt)
 	int sixteen = cfg->weight_dtype != DOS_FP32;
 	uint32_t N = opt->map.nsubgroups;
 	for (uint32_t s = 0; s < N; s++) {
-		uint64_t begin = (uint64_t)s * cfg->subgroup_size - opt->state_begin;
+		uint64_t begin = opt->map.subgroup_start[s] - opt->state_begin;
 		uint32_t len = (uint32_t)_dos_subgroup_len(&opt->map, s);
 		if (s >= opt->own_first && s < opt->own_end) { /* ours: the state lives here */
 			starpu_vector_data_register(&opt->master_h[s], STARPU_MAIN_RAM,
@@ -146,7 +155,10 @@ static void register_handles(struct _dos_optimizer *opt)
 						    sizeof(float));
 		} else if (!sixteen) /* receives the owner's updated weights */
 			starpu_vector_data_register(&opt->master_h[s], -1, 0, len, sizeof(float));
-		starpu_vector_data_register(&opt->grad_h[s], -1, 0, len, dos_dtype_size(cfg->grad_dtype));
+		if (borrows_gradient(opt, s))
+			opt->grad_h[s] = opt->tensor_grad[_dos_subgroup_whole_tensor(&opt->map, s)];
+		else
+			starpu_vector_data_register(&opt->grad_h[s], -1, 0, len, dos_dtype_size(cfg->grad_dtype));
 		if (sixteen)
 			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
 		starpu_variable_data_register(&opt->stats_h[s], -1, 0, sizeof(struct dos_grad_stats));
@@ -185,7 +197,8 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 		return DOS_FAIL(-ENOMEM, "no memory for an optimizer of %u tensors", ntensors);
 	}
 	memcpy(opt->numel, numel, ntensors * sizeof *numel);
-	if ((err = _dos_subgroup_map_build(&opt->map, numel, ntensors, cfg->subgroup_size))) {
+	if ((err = _dos_subgroup_map_build(&opt->map, numel, ntensors, cfg->subgroup_size,
+					   cfg->subgroups_follow_tensors))) {
 		free(opt->numel);
 		free(opt);
 		return err;
@@ -198,7 +211,8 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 	uint64_t P = opt->map.nparams;
 	uint32_t N = opt->map.nsubgroups;
 	_dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, N, &opt->own_first, &opt->own_end);
-	_dos_dp_owned_params(&cfg->dp, cfg->dp.rank, P, cfg->subgroup_size, &opt->state_begin, &opt->state_len);
+	opt->state_begin = opt->map.subgroup_start[opt->own_first];
+	opt->state_len = opt->map.subgroup_start[opt->own_end] - opt->state_begin;
 	uint64_t L = opt->state_len;
 	/* one block: the state is pinned, or not, as a whole */
 	float *state;
@@ -247,7 +261,7 @@ void _dos_optimizer_destroy(struct _dos_optimizer *opt)
 					  opt->grad_h,   opt->weight16_h, opt->stats_h};
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) {
 		for (uint32_t s = 0; arrays[i] && s < opt->map.nsubgroups; s++)
-			if (arrays[i][s])
+			if (arrays[i][s] && !(arrays[i] == opt->grad_h && borrows_gradient(opt, s)))
 				starpu_data_unregister(arrays[i][s]);
 		free(arrays[i]);
 	}
@@ -326,6 +340,8 @@ static void submit_gradients(struct _dos_optimizer *opt)
 	int last = _dos_dp_size(dp) - 1;
 	for (uint32_t s = 0; s < N; s++) {
 		int owner = _dos_dp_owner(dp, N, s);
+		if (borrows_gradient(opt, s))
+			continue; /* the update reads the tensor's gradient */
 		if (dp->rank == last) {
 			submit_gather(opt, s);
 			if (owner != last)
@@ -365,7 +381,8 @@ static void drop_consumed(struct _dos_optimizer *opt, int applied)
 	uint32_t N = opt->map.nsubgroups;
 	int gathers = dp->rank == _dos_dp_size(dp) - 1;
 	for (uint32_t s = 0; s < N; s++) {
-		if (gathers || _dos_dp_owner(dp, N, s) == dp->rank)
+		/* a borrowed gradient is the application's: never ours to drop */
+		if ((gathers || _dos_dp_owner(dp, N, s) == dp->rank) && !borrows_gradient(opt, s))
 			starpu_data_invalidate_submit(opt->grad_h[s]);
 		if (applied && opt->cfg.weight_dtype != DOS_FP32)
 			starpu_data_invalidate_submit(opt->weight16_h[s]);
@@ -543,7 +560,7 @@ static int check_finite(const struct _dos_optimizer *opt, uint64_t steps_done)
 						"after step %llu the optimizer state is not finite: %s of parameter "
 						"%llu (subgroup %llu) is %g",
 						(unsigned long long)steps_done, names[a], (unsigned long long)param,
-						(unsigned long long)(param / opt->map.subgroup_size),
+						(unsigned long long)_dos_subgroup_of(&opt->map, param),
 						(double)arrays[a][i]);
 			}
 	return 0;
@@ -625,7 +642,7 @@ int _dos_optimizer_check_update(struct _dos_optimizer *opt, uint64_t update, uin
 				 names[a]);
 	if (count > 1)
 		snprintf(others, sizeof others, " (and %u more subgroups)", count - 1);
-	uint64_t first = (uint64_t)s * opt->map.subgroup_size;
+	uint64_t first = opt->map.subgroup_start[s];
 	return DOS_FAIL(-ERANGE,
 			"after step %llu the optimizer state is not finite: %s of subgroup %u (parameters %llu to "
 			"%llu)%s; not saved, training stopped",
@@ -644,6 +661,32 @@ void _dos_optimizer_read_state(struct _dos_optimizer *opt, float *master, float 
 		if (to[i])
 			memcpy(to[i], from[i], opt->state_len * sizeof(float));
 	release_state(opt);
+}
+
+int _dos_optimizer_write_state(struct _dos_optimizer *opt, const float *master, const float *m, const float *v,
+			       uint64_t updates)
+{
+	const float *from[] = {master, m, v};
+	static const char *const names[] = {"master", "m", "v"};
+	for (int a = 0; a < 3; a++)
+		for (uint64_t i = 0; from[a] && i < opt->state_len; i++)
+			if (!isfinite(from[a][i]) || (a == 2 && from[a][i] < 0))
+				return DOS_FAIL(-EINVAL, "%s[%llu] = %g: the state must be finite%s", names[a],
+						(unsigned long long)i, (double)from[a][i],
+						a == 2 ? ", and v >= 0 (Adam's second moment, not its square root)"
+						       : "");
+	hold_state(opt, STARPU_RW);
+	float *to[] = {opt->master, opt->m, opt->v};
+	for (int a = 0; a < 3 && DOS_VALUES_ARE_REAL; a++)
+		if (from[a])
+			memcpy(to[a], from[a], opt->state_len * sizeof(float));
+	opt->step = updates;
+	/* the flags describe the state the last update wrote, which is gone */
+	opt->nonfinite_update[0] = opt->nonfinite_update[1] = 0;
+	release_state(opt);
+	if (master)
+		_dos_optimizer_rebuild_weights(opt);
+	return 0;
 }
 
 /* ---- checkpoints ---------------------------------------------------------------------- */

@@ -336,6 +336,12 @@ struct dos_opt_config {
 	/* parameters per subgroup, the unit the dos policy places on a CPU or GPU worker
 	 * (1 to 2^32 - 1, or more than the model has: then one subgroup) */
 	uint64_t subgroup_size;
+	/* 0 (the default): subgroups are slices of the flat space (all tensors in order) and
+	 * may straddle tensors; 1: each tensor is cut on its own (no subgroup straddles two),
+	 * so a tensor of at most subgroup_size elements is one subgroup, and when grad_dtype
+	 * is tensor_dtype its update reads the tensor's gradient handle itself, with no
+	 * gather copy (tile-based codes: one tile, one update, as their own optimizer does) */
+	int subgroups_follow_tensors;
 	enum dos_dtype tensor_dtype; /* of every tensor's weight and gradient */
 	/* DOS_FP32: the refresh writes the master weights (narrowed to tensor_dtype);
 	 * DOS_FP16/DOS_BF16: the update also writes 16-bit weights, which the refresh copies
@@ -362,6 +368,19 @@ struct dos_opt_config {
 	/* GPU memory the application's own tasks keep during an iteration (weights,
 	 * gradients, the peak of activations), which the dos policy leaves them; >= 0 */
 	double app_gpu_bytes;
+	/* Where the optimizer's tasks run when the application runs StarPU. 0 (the default):
+	 * a scheduling context of the optimizer's own, run by cfg.policy, over ctx_workers
+	 * (ctx_nworkers StarPU worker ids; NULL: every worker, shared with the application).
+	 * 1: the application's context app_sched_ctx, which it created run by the dos policy
+	 * (STARPU_SCHED_CTX_POLICY_STRUCT with dos_sched_policy("dos"), or STARPU_SCHED=dos for
+	 * context 0): one dos instance then schedules the application's forward and backward
+	 * as well as the updates, so its whole-iteration rules and its learned forecast of
+	 * the application's GPU memory work from the application's own tasks; cfg.policy is
+	 * not used then (the context's policy rules) */
+	int use_app_sched_ctx;
+	unsigned app_sched_ctx;
+	const int *ctx_workers;
+	unsigned ctx_nworkers;
 };
 
 /* Fills `cfg` with the defaults: Adam (torch.optim.Adam: lr 1e-3, betas 0.9 and 0.999,
@@ -381,7 +400,9 @@ int dos_opt_config_init(struct dos_opt_config *cfg);
  * handle and a buffer for its weight or gradient, a handle that is not contiguous data of numel
  * elements of tensor_dtype, a handle used twice, handles while StarPU is not initialised,
  * a location outside enum dos_memory, a CUDA device no StarPU CUDA worker uses, an
- * unknown policy; -ENODEV when StarPU finds no worker; -ENOMEM. */
+ * unknown policy, use_app_sched_ctx with StarPU not running or with a context that does
+ * not exist or is not run by a starpu-dos policy, ctx_workers naming a worker that does
+ * not exist; -ENODEV when StarPU finds no worker; -ENOMEM. */
 int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t ntensors,
 		   const struct dos_opt_tensor *tensors);
 
@@ -468,6 +489,25 @@ int dos_opt_get_step_times(dos_opt_t opt, struct dos_opt_step_times *out);
  * `count` floats, or NULL to skip it). Waits for those updates. Errors: -EINVAL for a
  * NULL opt, all three arrays NULL, or count other than the parameter count. */
 int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_t count);
+
+/* The mirror of dos_opt_read_state: replaces the state with master, m and v (each `count`
+ * floats in the optimizer's flat order, tensor 0 first, or NULL to keep that array), once
+ * the steps submitted so far have ended, and sets Adam's step count t (the bias
+ * corrections) to `updates`, the number of updates that state has had; the next step is
+ * update updates + 1, and steps_submitted becomes `updates`. When master is given, the
+ * tensors' working weights are rewritten from it (weights given as buffers: after
+ * dos_opt_wait). So a run started under another framework's Adam continues under ours:
+ *   torch.optim.Adam/AdamW: state_dict()["state"][i] holds "exp_avg" (m), "exp_avg_sq"
+ *     (v) and "step" (t) of parameter i, in the order of the parameter groups; the master
+ *     weights are the fp32 parameters (or the fp32 master copy of a mixed-precision run);
+ *   NNTile's Adam (adam_step): first moments are m, second moments hold sqrt(v): square
+ *     them (v = s * s, rounded once in fp32); its num_iter of the last step taken is t;
+ *     its parameter tiles are the master weights.
+ * Errors: -EINVAL for a NULL opt, all three arrays NULL, count other than the parameter
+ * count, a value that is not finite or a negative v (the message names the array and the
+ * index); nothing changes then. */
+int dos_opt_write_state(dos_opt_t opt, const float *master, const float *m, const float *v, uint64_t count,
+			uint64_t updates);
 
 /* Saves the state after the steps submitted so far (it waits for their updates) as
  * "checkpoint-<steps_submitted>.dos" in the existing directory `dir`, written atomically
