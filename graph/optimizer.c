@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "dos_policy.h"
 #include "codelet_util.h"
 #include "errors.h"
 #include "flat.h"
@@ -40,6 +41,15 @@ struct _dos_optimizer {
 	uint32_t good_steps;          /* since the last change of the scale */
 	int copies_on_gpu;            /* gathers and refreshes run on CUDA workers (there are some) */
 };
+
+/* Tells a starpu-dos policy running the optimizer's context that the step's updates are
+ * all submitted (dos.h's step contract: one plan per step); called once at creation too,
+ * which tells it that every step will be announced. Other policies plan no steps. */
+static void announce_step(const struct _dos_optimizer *opt)
+{
+	if (_dos_sched_ctx_is_ours(opt->cfg.sched_ctx))
+		dos_sched_step_submitted(opt->cfg.sched_ctx);
+}
 
 static void submit_task(struct _dos_optimizer *opt, struct starpu_task *task, enum _dos_task_phase phase,
 			uint32_t subgroup)
@@ -246,6 +256,7 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 	 * forward there) */
 	opt->copies_on_gpu = starpu_cuda_worker_get_count() > 0;
 	register_handles(opt);
+	announce_step(opt);
 	*out = opt;
 	return 0;
 no_memory:
@@ -499,6 +510,7 @@ int _dos_optimizer_submit_step(struct _dos_optimizer *opt, struct _dos_step_repo
 	opt->good_steps = next_good_steps;
 	for (uint32_t s = opt->own_first; s < opt->own_end; s++)
 		submit_task(opt, updates[s], DOS_TASK_UPDATE, s);
+	announce_step(opt);
 	free(updates);
 	opt->nonfinite_update[update % 2] = update;
 	report->update = update;

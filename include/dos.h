@@ -235,6 +235,7 @@ struct dos_sched_stats {
 	double app_forecast_bytes;
 	int app_forecast_learned;
 	double evicted_state_bytes; /* state planned resident that StarPU evicted, over the run */
+	unsigned long early_plans;  /* steps planned early: more than DOS_STEPS_IN_FLIGHT in flight */
 };
 
 /* The best achievable update-phase time, in seconds, of one optimizer step over
@@ -263,6 +264,49 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
  * which caps what the cost model expects of its CPU workers running at once. */
 int dos_host_contention_record(double factor);
 int dos_host_cpu_rate_record(double params_per_second);
+
+/* ---- Steps: what the dos policy plans, and the contract with whoever submits them ----
+ * The dos policy places a step's updates with one plan, made once the whole step is
+ * known: when the submitter says so (dos_sched_step_submitted), when the first update of
+ * the next step is submitted, when a step reaches the number of updates the previous
+ * step had, or when the application waits on StarPU (starpu_task_wait_for_all and the
+ * other waits call the policy's do_schedule). Until then a ready update waits for its
+ * plan, but only while one of those is sure to come: before the submitter has made its
+ * first dos_sched_step_submitted call and before a first step is complete (its size
+ * unknown), a ready update is planned at once with the updates collected so far (as a
+ * policy that sees no step can do no better). The embedding API (dos_opt_*) and dos-train
+ * follow the contract themselves.
+ * At most DOS_STEPS_IN_FLIGHT steps may be submitted and not yet planned at once: a step
+ * beyond that window makes the policy plan the oldest one early, before its updates are
+ * ready (with a warning on stderr, once), which places it on stale information. */
+#define DOS_STEPS_IN_FLIGHT 4
+
+/* Says that every update of the step being submitted to `sched_ctx` (run by a starpu-dos
+ * policy) has been submitted: the policy plans it now if an update of it is already
+ * ready, else when the first becomes ready. Also tells the policy that this submitter
+ * will say so for every step: call it once before the first step too, so that the first
+ * step is planned once as well. Errors: -EINVAL for StarPU not running, or a context
+ * that does not exist or is not run by a starpu-dos policy. */
+int dos_sched_step_submitted(unsigned sched_ctx);
+
+/* Makes the dos policy treat the tasks of the codelets whose name matches `name_pattern`
+ * (a codelet name, or an fnmatch(3) pattern such as "nntile_adam_step*") as subgroup
+ * updates of another framework's optimizer: it plans them per step like its own (CPU or
+ * GPU, state prefetched, kept resident or written back), with buffer `grad` the
+ * gradient (read), and buffers `m`, `v` and `weight` the optimizer state (read and
+ * written: the moments and the weights the update changes in place), in whatever
+ * element type they hold. Steps are what the policy sees: a task on a weight handle
+ * already updated in the current step starts the next step. Its cost model: the
+ * codelet's own StarPU perfmodel where it has measurements for the task, else the rates
+ * of our own Adam kernel; its state counts as (bytes of weight + m + v) / 12 fp32
+ * parameters. The same from the environment, read when a dos policy starts (the
+ * zero-code route: STARPU_SCHED_LIB=.../libstarpu-dos.so STARPU_SCHED=dos):
+ *   DOS_UPDATE_CODELETS="NAME:grad=G,m=M,v=V,weight=W[;NAME2:...]"
+ * e.g. DOS_UPDATE_CODELETS="nntile_adam_step*:grad=0,m=1,v=2,weight=3" for NNTile's Adam
+ * (docs/nntile.md). Register before the codelet's first task is submitted. Errors:
+ * -EINVAL for a NULL, empty or too long pattern, a negative or too large buffer index, two
+ * roles on one buffer; -ENOMEM beyond 16 registrations. */
+int dos_sched_register_update_codelet(const char *name_pattern, int grad, int m, int v, int weight);
 
 /* Statistics of the starpu-dos policy running in `sched_ctx` (0 for the global one).
  * Errors: -EINVAL for a NULL `out`, StarPU not running, a context that does not exist or
@@ -418,8 +462,8 @@ struct dos_opt_step_report {
 
 /* Submits one optimizer step over the gradients that the application's tasks submitted
  * so far write (the step's tasks wait for them through the handles) and returns at once,
- * except when 4 earlier steps still run (it waits for the oldest: the dos policy plans
- * that many steps ahead at most), or with clipping or loss scaling on, where it waits
+ * except when DOS_STEPS_IN_FLIGHT earlier steps still run (it waits for the oldest: the
+ * step window of the dos policy), or with clipping or loss scaling on, where it waits
  * for the gradients and their global norm. Gradients given as buffers must be written
  * before this call. `report` may be NULL. Errors: -EINVAL for a NULL opt. */
 int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report);

@@ -559,10 +559,10 @@ int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
 	a->step = opt->steps_submitted + 1;
 	a->times.step = a->step;
 	a->pending = 1; /* until the whole step is submitted */
-	/* the dos policy plans a step when its first update is ready, and collects only so
-	 * many steps before that: an application that submits further ahead waits here */
+	/* the dos policy collects DOS_STEPS_IN_FLIGHT unplanned steps at most: an application
+	 * that submits further ahead waits here */
 	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
-	while (opt->steps_in_flight >= DOS_PLAN_STEPS_COLLECTED)
+	while (opt->steps_in_flight >= DOS_STEPS_IN_FLIGHT)
 		STARPU_PTHREAD_COND_WAIT(&opt->progress, &opt->lock);
 	opt->steps_in_flight++;
 	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
