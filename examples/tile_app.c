@@ -338,6 +338,14 @@ int main(int argc, char **argv)
 		struct dos_opt_info info;
 		DOS_OK(dos_opt_get_info(opt, &info));
 		stats_ctx = info.sched_ctx;
+		/* one subgroup per tile reads the tile's gradient itself: no gather copy */
+		struct dos_opt_step_times times;
+		DOS_OK(dos_opt_get_step_times(opt, &times));
+		if (route != ROUTE_VECTOR && times.tasks[DOS_PHASE_GATHER] != 0)
+			FAIL("route %s: %u gather tasks in the last step, expected none", route_names[route],
+			     times.tasks[DOS_PHASE_GATHER]);
+		if (route == ROUTE_VECTOR && times.tasks[DOS_PHASE_GATHER] == 0)
+			FAIL("route vector: no gather task: the check above would be vacuous");
 	}
 	struct dos_sched_stats stats;
 	uint64_t planned_steps = route == ROUTE_IMPORT ? steps - import_at : steps;
