@@ -1,7 +1,6 @@
 /* Update tasks (update_tasks.h): ours, and foreign codelets registered by name. */
 #include <errno.h>
 #include <fnmatch.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +18,8 @@ struct registration {
 	int grad, m, v, weight;
 };
 
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+/* StarPU's mutexes: under SimGrid the workers are simulated and must block through it */
+static starpu_pthread_mutex_t registry_lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
 static struct registration registered[MAX_REGISTRATIONS];
 static int nregistered;
 static struct {
@@ -45,7 +45,7 @@ int dos_sched_register_update_codelet(const char *name_pattern, int grad, int m,
 			if (roles[i] == roles[j])
 				return DOS_FAIL(-EINVAL, "%s and %s are both buffer %d", names[j], names[i], roles[i]);
 	}
-	pthread_mutex_lock(&registry_lock);
+	STARPU_PTHREAD_MUTEX_LOCK(&registry_lock);
 	int err = 0;
 	if (nregistered == MAX_REGISTRATIONS)
 		err = DOS_FAIL(-ENOMEM, "already %d update codelets registered", MAX_REGISTRATIONS);
@@ -55,7 +55,7 @@ int dos_sched_register_update_codelet(const char *name_pattern, int grad, int m,
 		r->grad = grad, r->m = m, r->v = v, r->weight = weight;
 		ncached = 0; /* codelets seen before may match the new pattern */
 	}
-	pthread_mutex_unlock(&registry_lock);
+	STARPU_PTHREAD_MUTEX_UNLOCK(&registry_lock);
 	return err;
 }
 
@@ -64,7 +64,7 @@ static int registration_of(const struct starpu_codelet *cl)
 {
 	if (__atomic_load_n(&nregistered, __ATOMIC_ACQUIRE) == 0 || !cl)
 		return -1;
-	pthread_mutex_lock(&registry_lock);
+	STARPU_PTHREAD_MUTEX_LOCK(&registry_lock);
 	int found = -2;
 	for (int i = 0; i < ncached && found == -2; i++)
 		if (cached[i].cl == cl)
@@ -77,7 +77,7 @@ static int registration_of(const struct starpu_codelet *cl)
 		if (ncached < MAX_CACHED_CODELETS)
 			cached[ncached].cl = cl, cached[ncached++].registration = found;
 	}
-	pthread_mutex_unlock(&registry_lock);
+	STARPU_PTHREAD_MUTEX_UNLOCK(&registry_lock);
 	return found;
 }
 
@@ -174,6 +174,7 @@ static void register_from_env(void)
 
 void _dos_update_codelets_from_env(void)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, register_from_env);
+	static int done;
+	if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+		register_from_env();
 }
