@@ -1,8 +1,10 @@
 /* The dos scheduling policy and its static baselines, as StarPU policies.
  *
- * Any task: earliest finish time over the workers of the context, from StarPU's
- * perfmodels and transfer predictions, with per-worker queues and input prefetch (the
- * sane default of dmda, for tasks we know nothing special about).
+ * Any task: per-worker queues (worker_queues.c): earliest finish time over the workers
+ * of the context, from StarPU's perfmodels and transfer predictions, with input prefetch
+ * (dmda's rule, for tasks we know nothing special about); queue length where no model
+ * predicts, with idle workers taking such tasks from others; priority order within a
+ * queue; parallel tasks on combined workers.
  *
  * Update tasks (ours, dos_adam, and the foreign codelets registered by name:
  * update_tasks.h): placed by a plan made once per step. submit_hook collects every
@@ -32,6 +34,7 @@
  * they differ only in the placement rule. One GPU (the first CUDA worker) is planned for;
  * further GPUs take other work by earliest finish time. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +52,7 @@
 #include "errors.h"
 #include "rates.h"
 #include "update_tasks.h"
+#include "worker_queues.h"
 
 enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
 
@@ -157,9 +161,8 @@ struct policy {
 	 * several cores sharing memory bandwidth finishes first) */
 	starpu_pthread_mutex_t pool_lock;
 	struct starpu_task_list cpu_pool;
-	/* per-worker queues, each guarded by its worker's scheduling mutex */
-	struct starpu_task_list queue[STARPU_NMAXWORKERS];
-	double queued_us[STARPU_NMAXWORKERS];
+	/* every other task, and GPU-planned updates: per-worker queues (worker_queues.c) */
+	struct dos_worker_queues queues;
 	struct dos_sched_stats stats;
 };
 
@@ -176,6 +179,12 @@ struct policy {
 	((void *)(uintptr_t)(((uint64_t)(epoch) << 32) | ((uint64_t)(slot) << 8) | (uint64_t)0xff))
 #define IS_COLLECTED(d) (((uintptr_t)(d)&0xff) == 0xff)
 #define IS_PLACED(d) ((d) != NULL && !IS_COLLECTED(d))
+
+/* Updates placed by a plan keep their order in a queue and stay on their worker. */
+static int is_planned_update(const struct starpu_task *task)
+{
+	return _dos_is_update(task) && IS_PLACED(task->sched_data);
+}
 
 static double seconds_now(void)
 {
@@ -246,8 +255,13 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 	STARPU_PTHREAD_MUTEX_INIT(&p->plan_lock, NULL);
 	STARPU_PTHREAD_MUTEX_INIT(&p->pool_lock, NULL);
 	starpu_task_list_init(&p->cpu_pool);
-	for (int w = 0; w < STARPU_NMAXWORKERS; w++)
-		starpu_task_list_init(&p->queue[w]);
+	_dos_queues_init(&p->queues, is_planned_update);
+	/* The queues honour any priority: unless the application set a range, StarPU would
+	 * clamp every task's priority to the default one, [0, 0] (lws and dmdas do the same). */
+	if (!starpu_sched_ctx_min_priority_is_set(sched_ctx))
+		starpu_sched_ctx_set_min_priority(sched_ctx, INT_MIN);
+	if (!starpu_sched_ctx_max_priority_is_set(sched_ctx))
+		starpu_sched_ctx_set_max_priority(sched_ctx, INT_MAX);
 	starpu_sched_ctx_set_policy_data(sched_ctx, p);
 }
 
@@ -291,6 +305,7 @@ static void deinit_policy(unsigned sched_ctx)
 			p->stats.calibrated ? "" : " (uncalibrated)");
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->plan_lock);
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->pool_lock);
+	_dos_queues_destroy(&p->queues);
 	for (int i = 0; i < STEP_SLOTS; i++)
 		free(p->steps[i].tasks);
 	free(p->deferred.at);
@@ -688,7 +703,7 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 	 * any update placed there; and the link idles while the GPU runs the application
 	 * outside the update window (the last iteration's, half of it kept for the
 	 * application's own transfers), which can carry state becoming resident. */
-	m->gpu_busy_ahead_seconds = gpu >= 0 ? p->queued_us[gpu] * 1e-6 : 0.0;
+	m->gpu_busy_ahead_seconds = gpu >= 0 ? p->queues.of[gpu].queued_us * 1e-6 : 0.0;
 	const struct dos_app_forecast *f = &p->app_memory.last;
 	double idle_link = fmin(f->gpu_busy_seconds, f->iteration_seconds - f->update_window_seconds);
 	m->promote_bytes = f->learned && idle_link > 0 ? 0.5 * idle_link * m->h2d_bytes_per_second : 0.0;
@@ -829,53 +844,6 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 
 /* ---- pushing to workers ---------------------------------------------------------------- */
 
-/* `announce`: call starpu_push_task_end (not for a parked update: it was, when parked). */
-static void push_to_worker(struct policy *p, struct starpu_task *task, int worker, double predicted_us, int prefetch,
-			   int announce)
-{
-	task->predicted = predicted_us;
-	/* before the task is visible: once queued, a worker may run and free it (and the
-	 * handles it was the last user of) at any moment */
-	if (prefetch && starpu_get_prefetch_flag() && !task->prefetched) /* StarPU allows one */
-		starpu_prefetch_task_input_for(task, (unsigned)worker);
-	starpu_worker_lock(worker);
-	starpu_task_list_push_back(&p->queue[worker], task);
-	p->queued_us[worker] += isfinite(predicted_us) ? predicted_us : 0;
-	if (announce)
-		starpu_push_task_end(task);
-	starpu_wake_worker_locked(worker);
-	starpu_worker_unlock(worker);
-}
-
-/* Earliest predicted finish among the workers that can run `task` (optionally only of
- * `only_type`); NAN lengths (uncalibrated) count as zero so calibration happens. */
-static int earliest_finish_worker(struct policy *p, struct starpu_task *task, unsigned sched_ctx, int only_type,
-				  double *predicted_us)
-{
-	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
-	struct starpu_sched_ctx_iterator it;
-	int best = -1;
-	double best_end = INFINITY;
-	workers->init_iterator(workers, &it);
-	while (workers->has_next(workers, &it)) {
-		int w = (int)workers->get_next(workers, &it);
-		unsigned impl;
-		if (only_type >= 0 && starpu_worker_get_type(w) != (enum starpu_worker_archtype)only_type)
-			continue;
-		if (!starpu_worker_can_execute_task_first_impl((unsigned)w, task, &impl))
-			continue;
-		double len = starpu_task_expected_length(task, starpu_worker_get_perf_archtype(w, sched_ctx), impl);
-		double xfer = starpu_task_expected_data_transfer_time_for(task, (unsigned)w);
-		double end = p->queued_us[w] + (isfinite(xfer) ? xfer : 0) + (isfinite(len) ? len : 0);
-		if (end < best_end) {
-			best_end = end;
-			best = w;
-			*predicted_us = len;
-		}
-	}
-	return best;
-}
-
 static void record_decision(struct policy *p, double started)
 {
 	lock_plan(p);
@@ -886,7 +854,7 @@ static void record_decision(struct policy *p, double started)
 
 /* Queues `task` in the CPU pool and wakes the CPU workers; -1 when no CPU worker of the
  * context can run it (task->where, implementations), so that the caller places it. */
-static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned sched_ctx, int announce)
+static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned sched_ctx)
 {
 	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
 	struct starpu_sched_ctx_iterator it;
@@ -895,7 +863,7 @@ static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned
 	while (workers->has_next(workers, &it)) {
 		int w = (int)workers->get_next(workers, &it);
 		unsigned impl;
-		able |= starpu_worker_get_type(w) == STARPU_CPU_WORKER &&
+		able |= !starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == STARPU_CPU_WORKER &&
 			starpu_worker_can_execute_task_first_impl((unsigned)w, task, &impl);
 	}
 	if (!able)
@@ -904,13 +872,12 @@ static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned
 	STARPU_PTHREAD_MUTEX_LOCK(&p->pool_lock);
 	starpu_worker_relax_off();
 	starpu_task_list_push_back(&p->cpu_pool, task);
-	if (announce)
-		starpu_push_task_end(task);
+	starpu_push_task_end(task);
 	STARPU_PTHREAD_MUTEX_UNLOCK(&p->pool_lock);
 	workers->init_iterator(workers, &it);
 	while (workers->has_next(workers, &it)) {
 		int w = (int)workers->get_next(workers, &it);
-		if (starpu_worker_get_type(w) == STARPU_CPU_WORKER)
+		if (!starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == STARPU_CPU_WORKER)
 			starpu_wake_worker_relax_light(w);
 	}
 	return 0;
@@ -951,17 +918,17 @@ static int ready_update(struct policy *p, struct starpu_task *task)
 
 /* Queues a ready task: in the CPU pool or on the earliest-finishing worker of the type
  * `only_type` (-1: any). */
-static void place_ready(struct policy *p, struct starpu_task *task, unsigned ctx, int only_type, int announce)
+static void place_ready(struct policy *p, struct starpu_task *task, unsigned ctx, int only_type)
 {
-	if (only_type == STARPU_CPU_WORKER && push_to_cpu_pool(p, task, ctx, announce) == 0)
+	if (only_type == STARPU_CPU_WORKER && push_to_cpu_pool(p, task, ctx) == 0)
 		return;
 	double predicted = NAN;
-	int worker = earliest_finish_worker(p, task, ctx, only_type, &predicted);
+	int worker = _dos_queues_choose(&p->queues, task, ctx, only_type, &predicted);
 	if (worker < 0) /* the planned kind cannot run it (e.g. task->where): any worker */
-		worker = earliest_finish_worker(p, task, ctx, -1, &predicted);
+		worker = _dos_queues_choose(&p->queues, task, ctx, -1, &predicted);
 	STARPU_ASSERT_MSG(worker >= 0, "no worker of the context can execute task %s", starpu_task_get_name(task));
 	/* GPU-planned updates are prefetched by the plan, a few at a time (plan_step) */
-	push_to_worker(p, task, worker, predicted, only_type != STARPU_CUDA_WORKER, announce);
+	_dos_queues_push(&p->queues, task, worker, predicted, only_type != STARPU_CUDA_WORKER);
 }
 
 /* Places the parked updates of steps just planned (without the plan lock). */
@@ -974,7 +941,7 @@ static void dispatch_released(struct policy *p, struct starpu_task_list *release
 		lock_plan(p);
 		int only_type = ready_update(p, task);
 		unlock_plan(p);
-		place_ready(p, task, sched_ctx, only_type, 0);
+		place_ready(p, task, sched_ctx, only_type);
 	}
 	if (starpu_worker_get_id() < 0)
 		issue_deferred_prefetches(p);
@@ -999,6 +966,7 @@ static int push_task(struct starpu_task *task)
 		if (s && !s->planned) {
 			if (!s->closed && may_park(p)) { /* its plan waits for the whole step */
 				starpu_task_list_push_back(&s->parked, task);
+				/* StarPU's push ends here; placing it later only moves its push end time */
 				starpu_push_task_end(task);
 				unlock_plan(p);
 				record_decision(p, t0);
@@ -1011,7 +979,7 @@ static int push_task(struct starpu_task *task)
 		if (starpu_worker_get_id() < 0) /* the application's thread, submitting */
 			issue_deferred_prefetches(p);
 	}
-	place_ready(p, task, ctx, only_type, 1);
+	place_ready(p, task, ctx, only_type);
 	record_decision(p, t0);
 	return 0;
 }
@@ -1049,36 +1017,23 @@ static int inputs_on_node(struct starpu_task *task, unsigned node)
  * their plan order among themselves: the fetch windows follow it, and a later update
  * whose state happens to arrive first would run ahead of the fetches planned for the
  * earlier ones (slower: results/full-gpu-sim-2026-11-29.md). */
-static struct starpu_task *pop_gpu_queue(struct starpu_task_list *queue, int w)
+static struct starpu_task *next_gpu_task(struct starpu_task_list *queue, int w)
 {
 	struct starpu_task *front = starpu_task_list_front(queue);
 	unsigned node = starpu_worker_get_memory_node((unsigned)w);
 	if (_dos_is_update(front) && !inputs_on_node(front, node))
 		for (struct starpu_task *t = starpu_task_list_next(front); t != starpu_task_list_end(queue);
 		     t = starpu_task_list_next(t))
-			if (!_dos_is_update(t)) {
-				starpu_task_list_erase(queue, t);
+			if (!_dos_is_update(t))
 				return t;
-			}
-	return starpu_task_list_pop_front(queue);
+	return front;
 }
 
-static struct starpu_task *pop_task(unsigned sched_ctx)
+/* The first pooled update CPU worker w can run (task->where may exclude some), or NULL. */
+static struct starpu_task *take_from_cpu_pool(struct policy *p, int w)
 {
-	struct policy *p = policy_of(sched_ctx);
-	int w = starpu_worker_get_id_check();
-	/* called with this worker's scheduling mutex held */
-	if (!starpu_task_list_empty(&p->queue[w])) {
-		struct starpu_task *task = starpu_worker_get_type(w) == STARPU_CUDA_WORKER
-						   ? pop_gpu_queue(&p->queue[w], w)
-						   : starpu_task_list_pop_front(&p->queue[w]);
-		if (isfinite(task->predicted))
-			p->queued_us[w] = fmax(0.0, p->queued_us[w] - task->predicted);
-		return task;
-	}
-	if (starpu_worker_get_type(w) != STARPU_CPU_WORKER || starpu_task_list_empty(&p->cpu_pool))
+	if (starpu_task_list_empty(&p->cpu_pool))
 		return NULL;
-	/* the first pooled update this worker can run (task->where may exclude some) */
 	struct starpu_task *task = NULL;
 	starpu_worker_relax_on();
 	STARPU_PTHREAD_MUTEX_LOCK(&p->pool_lock);
@@ -1093,6 +1048,27 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
 		}
 	}
 	STARPU_PTHREAD_MUTEX_UNLOCK(&p->pool_lock);
+	return task;
+}
+
+/* A worker runs its own queue first, then pooled CPU updates, then what it may take
+ * from other workers' queues. A worker removed from the context (StarPU lets it pop
+ * there until it finds nothing) hands its queue over to the workers that remain, and
+ * takes pooled updates only when no CPU worker remains to take them. */
+static struct starpu_task *pop_task(unsigned sched_ctx)
+{
+	struct policy *p = policy_of(sched_ctx);
+	int w = starpu_worker_get_id_check();
+	int member = starpu_sched_ctx_contains_worker(w, sched_ctx);
+	int cpu = starpu_worker_get_type(w) == STARPU_CPU_WORKER;
+	if (!member)
+		_dos_queues_hand_over(&p->queues, w, sched_ctx);
+	struct starpu_task *task =
+		_dos_queues_pop(&p->queues, w, starpu_worker_get_type(w) == STARPU_CUDA_WORKER ? next_gpu_task : NULL);
+	if (!task && cpu && (member || _dos_count_workers_of_type(sched_ctx, STARPU_CPU_WORKER) == 0))
+		task = take_from_cpu_pool(p, w);
+	if (!task && member)
+		task = _dos_queues_steal(&p->queues, w, sched_ctx);
 	return task;
 }
 
@@ -1123,6 +1099,7 @@ static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 
 static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 {
+	_dos_queues_task_ended(&policy_of(sched_ctx)->queues, starpu_worker_get_id_check());
 	struct _dos_update_view u;
 	if (_dos_update_view(task, &u)) {
 		if (task->sched_data) { /* an application task that ran on the GPU */
@@ -1202,13 +1179,28 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 
 static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
 {
+	(void)workerids;
+	(void)nworkers;
 	struct policy *p = policy_of(sched_ctx);
-	for (unsigned i = 0; i < nworkers; i++)
-		p->queued_us[workerids[i]] = 0;
+	/* Parallel tasks run on combined workers, which StarPU creates on request and adds to
+	 * the main context (0) only (peager does the same; earlier, in init_sched, is too early). */
+	if (sched_ctx == 0)
+		starpu_sched_find_all_worker_combinations();
 	/* the GPU planned for, known before the first plan so that the forecast of the
 	 * application's memory learns from the first forward and backward */
 	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
 	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
+}
+
+/* Called by StarPU as it deletes the context (1.4 does not call it when workers are
+ * removed from a live context: pop_task sees that). Anything still queued for a removed
+ * worker goes to the workers that remain. */
+static void remove_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
+{
+	struct policy *p = policy_of(sched_ctx);
+	for (unsigned i = 0; i < nworkers; i++)
+		if (!starpu_worker_is_combined_worker(workerids[i]))
+			_dos_queues_hand_over(&p->queues, workerids[i], sched_ctx);
 }
 
 #define DOS_POLICY(var, name_, init_fn, description)                                                                  \
@@ -1222,6 +1214,7 @@ static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
 		.pre_exec_hook = pre_exec_hook,                                                                       \
 		.post_exec_hook = post_exec_hook,                                                                     \
 		.add_workers = add_workers,                                                                           \
+		.remove_workers = remove_workers,                                                                     \
 		.policy_name = name_,                                                                                 \
 		.policy_description = description,                                                                    \
 		.worker_type = STARPU_WORKER_LIST, /* we prefetch ourselves (push, plan): StarPU must not also, or it \
