@@ -293,6 +293,10 @@ int main(int argc, char **argv)
 	dos_opt_t opt = NULL;
 	if (route == ROUTE_API || route == ROUTE_API_CTX || route == ROUTE_VECTOR)
 		opt = create_optimizer(route, ctx, &hp);
+	/* dos.h's step contract: this submitter says when each step is complete, the first
+	 * one included, so that no step is planned before all its updates are known */
+	if (route == ROUTE_TASK)
+		DOS_OK(dos_sched_step_submitted(ctx));
 	for (uint64_t step = 1; step <= steps; step++) {
 		for (int i = 0; i < ntiles; i++)
 			submit(&backward_cl, ctx, &tiles[i].flat, sizeof tiles[i].flat, tiles[i].w, tiles[i].g, NULL,
@@ -359,7 +363,12 @@ int main(int argc, char **argv)
 			route == ROUTE_VECTOR ? (unsigned long)((nparams + 99) / 100) : (unsigned long)ntiles;
 		/* the zero-code route is planned only when its codelet is registered */
 		int expect_plans = route != ROUTE_ZERO || getenv("DOS_UPDATE_CODELETS");
-		if (expect_plans && (stats.plans != planned_steps || updates != planned_steps * per_step))
+		/* an unchanged code announces no step: its first step, whose size nobody knows
+		 * yet, may be planned in parts when its updates become ready while it is still
+		 * being submitted (dos.h's step contract); every other step once */
+		unsigned long most_plans = route == ROUTE_ZERO ? planned_steps + per_step - 1 : planned_steps;
+		if (expect_plans &&
+		    (stats.plans < planned_steps || stats.plans > most_plans || updates != planned_steps * per_step))
 			FAIL("route %s: %lu plans and %lu planned updates for %llu steps of %lu updates",
 			     route_names[route], stats.plans, updates, (unsigned long long)planned_steps, per_step);
 	} else

@@ -38,10 +38,15 @@ done
 run own $app --route zero --dump "$work/own.bin"
 same vector own
 if [ -f "$lib" ]; then
-	run zero STARPU_SCHED_LIB="$lib" STARPU_SCHED=dos DOS_SCHED_VERBOSE=1 \
+	run zero STARPU_SCHED_LIB="$lib" STARPU_SCHED=dos DOS_SCHED_VERBOSE=2 \
 		DOS_UPDATE_CODELETS="tile_adam_step:grad=0,m=1,v=2,weight=3" $app --route zero --dump "$work/zero.bin"
 	same vector zero
-	grep -q "8 steps planned" "$work/zero.log" || fail "zero: the policy did not plan 8 steps: $(cat "$work/zero.log")"
+	# one plan for each step but the first, which an unchanged code does not announce
+	# (tile_app checks the totals)
+	for step in 2 3 4 5 6 7 8; do
+		plans=$(grep -c "plan of step $step at" "$work/zero.log")
+		[ "$plans" = 1 ] || fail "zero: step $step planned $plans times: $(cat "$work/zero.log")"
+	done
 	# without the registration the same program is not planned at all: the count is not vacuous
 	run unregistered STARPU_SCHED_LIB="$lib" STARPU_SCHED=dos DOS_SCHED_VERBOSE=1 $app --route zero
 	grep -q " 0 steps planned" "$work/unregistered.log" ||
