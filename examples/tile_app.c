@@ -27,7 +27,9 @@
  * so the routes can be compared bit for bit; NNTile's own kernel differs, which only
  * changes its numbers, not where the policy runs its tasks.
  *
- * Options: --route R (default api), --steps N (default 8), --import-at K, --dump FILE
+ * Options: --route R (default api), --steps N (default 8), --import-at K, --dump FILE,
+ * --waits (waits for all tasks after every step, and within step 1 after the first
+ * tile's update, as codes that wait after each operation or iteration do)
  * (weights, m and v in flat order after the last step). It prints the policy's plan
  * counts and fails when a dos route planned a step more than once or left an update
  * unplanned. Exit status 0, 1 on a failed check, 77 when StarPU has no worker. */
@@ -222,6 +224,7 @@ int main(int argc, char **argv)
 	enum route route = ROUTE_API;
 	uint64_t steps = 8, import_at = 3;
 	const char *dump = NULL;
+	int waits = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(argv[i], "--route") && next) {
@@ -238,6 +241,8 @@ int main(int argc, char **argv)
 			import_at = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--dump") && next)
 			dump = argv[++i];
+		else if (!strcmp(argv[i], "--waits"))
+			waits = 1;
 		else
 			FAIL("unknown option %s", argv[i]);
 	}
@@ -328,7 +333,11 @@ int main(int argc, char **argv)
 					FAIL("submitting a dos_adam task failed");
 			} else
 				submit(&adam_cl, ctx, &st, sizeof st, x->g, x->m, x->v, x->w);
+			if (waits && step == 1 && i == 0)
+				starpu_task_wait_for_all();
 		}
+		if (waits)
+			starpu_task_wait_for_all();
 		if (route == ROUTE_TASK)
 			DOS_OK(dos_sched_step_submitted(ctx));
 	}

@@ -129,9 +129,14 @@ struct policy {
 	 * steps are collected at once; each is planned once (dos.h's step contract). */
 #define STEP_SLOTS DOS_STEPS_IN_FLIGHT
 	struct step_tasks steps[STEP_SLOTS];
-	int announced;      /* the submitter calls dos_sched_step_submitted */
-	int last_step_size; /* updates of the last step closed; 0: none closed yet */
-	int warned_window;  /* the step-window warning is printed once */
+	int announced; /* the submitter calls dos_sched_step_submitted */
+	/* Updates of the last complete step (0: none complete yet), counted per step number,
+	 * not per plan: a first step planned in parts as its updates became ready still
+	 * counts whole, so that later steps can wait for their plan. */
+	int last_step_size;
+	uint64_t counting_step; /* the newest step submitted, and its updates so far */
+	int counted;
+	int warned_window; /* the step-window warning is printed once */
 	struct handle_set foreign_seen;
 	uint64_t foreign_step;               /* step number given to foreign updates */
 	struct fetch_window staged;          /* to the GPU: state and gradient, `staging slots` ahead */
@@ -345,6 +350,14 @@ static struct step_tasks *collecting_slot(struct policy *p, uint64_t step)
 
 static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx);
 
+/* The newest step submitted is complete (plan lock held): its size is the next steps'.
+ * Its count goes on should more of its updates come (a wait within a step). */
+static void newest_step_complete(struct policy *p)
+{
+	if (p->counted > 0)
+		p->last_step_size = p->counted;
+}
+
 /* Marks step s complete (plan lock held): its size is known, and its parked updates are
  * planned and moved to `release`, for the caller to place once the lock is released. */
 static void close_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx, struct starpu_task_list *release)
@@ -352,7 +365,6 @@ static void close_step(struct policy *p, struct step_tasks *s, unsigned sched_ct
 	if (s->closed || s->planned || s->n == 0)
 		return;
 	s->closed = 1;
-	p->last_step_size = s->n;
 	if (starpu_task_list_empty(&s->parked))
 		return;
 	plan_step(p, s, sched_ctx);
@@ -457,6 +469,12 @@ static void submit_hook(struct starpu_task *task)
 	starpu_task_list_init(&release);
 	lock_plan(p);
 	uint64_t step = u.has_step ? u.step : foreign_step_of(p, _dos_update_handle(task, &u, DOS_ADAM_BUF_MASTER));
+	if (step != p->counting_step) { /* a new step: the one before is complete */
+		newest_step_complete(p);
+		p->counted = 0;
+	}
+	p->counting_step = step;
+	p->counted++;
 	struct step_tasks *s = slot_for_submission(p, step, ctx, &release);
 	if (s->n == s->cap) {
 		int cap = s->cap ? 2 * s->cap : 256;
@@ -478,7 +496,7 @@ static void submit_hook(struct starpu_task *task)
 		if (r < DOS_ADAM_STATE_BUFFERS || home_is_gpu(_dos_update_handle(task, &u, r)))
 			_dos_app_memory_exclude(&p->app_memory, _dos_update_handle(task, &u, r));
 	/* as many updates as the last step had: this one is complete */
-	if (s->n == p->last_step_size)
+	if (p->counted == p->last_step_size)
 		close_step(p, s, ctx, &release);
 	unlock_plan(p);
 	dispatch_released(p, &release, ctx);
@@ -1006,6 +1024,7 @@ static void do_schedule(unsigned sched_ctx)
 	struct starpu_task_list release;
 	starpu_task_list_init(&release);
 	lock_plan(p);
+	newest_step_complete(p);
 	for (int i = 0; i < STEP_SLOTS; i++)
 		close_step(p, &p->steps[i], sched_ctx, &release);
 	unlock_plan(p);
@@ -1316,6 +1335,7 @@ int dos_sched_step_submitted(unsigned sched_ctx)
 	starpu_task_list_init(&release);
 	lock_plan(p);
 	p->announced = 1;
+	newest_step_complete(p);
 	/* the step being submitted: the newest still collecting */
 	struct step_tasks *newest = NULL;
 	for (int i = 0; i < STEP_SLOTS; i++) {

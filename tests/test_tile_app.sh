@@ -47,6 +47,20 @@ if [ -f "$lib" ]; then
 		plans=$(grep -c "plan of step $step at" "$work/zero.log")
 		[ "$plans" = 1 ] || fail "zero: step $step planned $plans times: $(cat "$work/zero.log")"
 	done
+	# waits after every step and within the first (codes that wait after each operation or
+	# iteration): the first step is planned in two parts, the next ones once each, their
+	# size counted over the whole step
+	run zero-waits STARPU_SCHED_LIB="$lib" STARPU_SCHED=dos DOS_SCHED_VERBOSE=2 \
+		DOS_UPDATE_CODELETS="tile_adam_step:grad=0,m=1,v=2,weight=3" $app --route zero --waits \
+		--dump "$work/zero-waits.bin"
+	same vector zero-waits
+	for step in 1 2 3 4 5 6 7 8; do
+		plans=$(grep -c "plan of step $step at" "$work/zero-waits.log")
+		most=1
+		[ $step = 1 ] && most=2
+		[ "$plans" -ge 1 ] && [ "$plans" -le $most ] ||
+			fail "zero-waits: step $step planned $plans times: $(cat "$work/zero-waits.log")"
+	done
 	# without the registration the same program is not planned at all: the count is not vacuous
 	run unregistered STARPU_SCHED_LIB="$lib" STARPU_SCHED=dos DOS_SCHED_VERBOSE=1 $app --route zero
 	grep -q " 0 steps planned" "$work/unregistered.log" ||
