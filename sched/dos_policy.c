@@ -626,10 +626,17 @@ static int forecast_is_measured(const struct policy *p)
  * it moves in (DOS_PLACE_CPU_THEN_RESIDENT) must not do, since its move waits for the
  * link to idle. Application data keeps StarPU's settings. Pinning needs a measured
  * forecast (forecast_is_measured); until then StarPU may evict resident state, which
- * the eviction signal learns from. */
+ * the eviction signal learns from. Nor is anything pinned while the plan stages state
+ * beside an application that runs on the GPU: the staging slots then share the room the
+ * application leaves, which its measured peak does not describe exactly (StarPU's cache
+ * of freed buffers, allocation granularity); where it falls short, evicting resident
+ * state is what frees the room, and pinned, the staged copies and the application's
+ * data evict each other instead. */
 static void pin_resident_state(struct policy *p, struct step_tasks *s, const enum dos_placement *place)
 {
 	int pin = p->gpu_node >= 0 && p->gpu_node < 32 && forecast_is_measured(p);
+	for (int i = 0; i < s->n && pin && p->app_memory.last.gpu_busy_seconds > 0; i++)
+		pin = place[i] != DOS_PLACE_GPU_TRANSIENT;
 	for (int i = 0; i < s->n; i++) {
 		unsigned mask = pin && place[i] == DOS_PLACE_GPU_RESIDENT ? 1u << (unsigned)p->gpu_node : 0u;
 		for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
