@@ -645,10 +645,12 @@ static int forecast_is_measured(const struct policy *p)
  * application leaves, which its measured peak does not describe exactly (StarPU's cache
  * of freed buffers, allocation granularity); where it falls short, evicting resident
  * state is what frees the room, and pinned, the staged copies and the application's
- * data evict each other instead. */
+ * data evict each other instead. Only the dos rule pins: its resident state fits the
+ * budget with room to stage beside it, while a static split may plan more resident state
+ * than the GPU holds, and pinned, the updates that need room would wait forever. */
 static void pin_resident_state(struct policy *p, struct step_tasks *s, const enum dos_placement *place)
 {
-	int pin = p->gpu_node >= 0 && p->gpu_node < 32 && forecast_is_measured(p);
+	int pin = p->rule == RULE_DOS && p->gpu_node >= 0 && p->gpu_node < 32 && forecast_is_measured(p);
 	for (int i = 0; i < s->n && pin && p->app_memory.last.gpu_busy_seconds > 0; i++)
 		pin = place[i] != DOS_PLACE_GPU_TRANSIENT;
 	for (int i = 0; i < s->n; i++) {
