@@ -79,6 +79,9 @@ run_case h100-pcie5 8192 host
 run_case h100-pcie5 16384 gpu
 run_case a100-pcie4 0 host 1.05
 run_case h200 0 host 1.05
+# The training layout with room for all the state, under StarPU's default background
+# write-back: the state the plan keeps resident must stay out of its reach (docs/policy.md).
+run_case h200 0 gpu 1.05
 
 # Whole training iterations (dos-train --simulate: forward and backward on the GPU, the
 # optimizer's updates placed by the policy): on the 1b preset dos is no slower than dmda,
