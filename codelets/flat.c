@@ -43,14 +43,14 @@ static const void **source_pointers(void *buffers[])
 	if (!sources)
 		STARPU_ABORT_MSG("out of memory for %u source pointers", nsources);
 	for (unsigned s = 0; s < nsources; s++)
-		sources[s] = (const void *)STARPU_VECTOR_GET_PTR(buffers[s + 1]);
+		sources[s] = _dos_buffer_ptr(buffers[s + 1]);
 	return sources;
 }
 
 static void flat_copy_cpu(void *buffers[], void *cl_arg)
 {
 	const void **sources = source_pointers(buffers);
-	_dos_flat_copy_cpu((void *)STARPU_VECTOR_GET_PTR(buffers[0]), sources, cl_arg);
+	_dos_flat_copy_cpu(_dos_buffer_ptr(buffers[0]), sources, cl_arg);
 	free(sources);
 }
 
@@ -58,8 +58,8 @@ static void flat_copy_cpu(void *buffers[], void *cl_arg)
 static void flat_copy_cuda(void *buffers[], void *cl_arg)
 {
 	const void **sources = source_pointers(buffers);
-	DOS_CUDA_CHECK(_dos_flat_copy_cuda((void *)STARPU_VECTOR_GET_PTR(buffers[0]), sources, cl_arg,
-					   starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(
+		_dos_flat_copy_cuda(_dos_buffer_ptr(buffers[0]), sources, cl_arg, starpu_cuda_get_local_stream()));
 	free(sources);
 }
 #endif
@@ -84,6 +84,30 @@ struct starpu_codelet _dos_batch_codelet = {
 	.modes = {STARPU_R, STARPU_W, STARPU_W},
 	.model = &batch_model,
 };
+
+/* StarPU reads the target node of each buffer of a task from its codelet
+ * (STARPU_CODELET_GET_NODE: dyn_nodes when set, else the STARPU_NMAXBUFS nodes of the
+ * codelet itself), for every buffer, specific nodes or not: a gather or refresh of more
+ * pieces than that would read past the codelet (a crash with tens of thousands of
+ * subgroups of one tensor). So the codelet gets dyn_nodes as long as the longest task;
+ * they only grow, and older arrays are never freed, as a task being submitted elsewhere
+ * may be reading one. */
+static void cover_buffers(int nbuffers)
+{
+	static starpu_pthread_mutex_t lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
+	static int covered = STARPU_NMAXBUFS;
+	STARPU_PTHREAD_MUTEX_LOCK(&lock);
+	if (nbuffers > covered) {
+		int n = nbuffers > 2 * covered ? nbuffers : 2 * covered;
+		int *nodes = malloc((size_t)n * sizeof *nodes);
+		STARPU_ASSERT_MSG(nodes, "out of memory for the target nodes of %d buffers", n);
+		for (int i = 0; i < n; i++)
+			nodes[i] = STARPU_SPECIFIC_NODE_LOCAL;
+		__atomic_store_n(&_dos_flat_copy_codelet.dyn_nodes, nodes, __ATOMIC_RELEASE);
+		covered = n;
+	}
+	STARPU_PTHREAD_MUTEX_UNLOCK(&lock);
+}
 
 int _dos_flat_copy_task_create(starpu_data_handle_t destination, enum dos_dtype destination_dtype,
 			       const starpu_data_handle_t *sources, enum dos_dtype source_dtype, uint32_t nsources,
@@ -110,6 +134,7 @@ int _dos_flat_copy_task_create(starpu_data_handle_t destination, enum dos_dtype 
 	task->cl_arg_free = 1;
 	task->sched_ctx = sched_ctx;
 	task->nbuffers = (int)nsources + 1;
+	cover_buffers(task->nbuffers);
 	if (task->nbuffers > STARPU_NMAXBUFS) {
 		task->dyn_handles = malloc(task->nbuffers * sizeof *task->dyn_handles);
 		task->dyn_modes = malloc(task->nbuffers * sizeof *task->dyn_modes);
