@@ -793,9 +793,12 @@ static void pin_resident_state(struct policy *p, struct step_tasks *s, const enu
 	for (int i = 0; i < s->n && pin && p->app_memory.last.gpu_busy_seconds > 0; i++)
 		pin = place[i] != DOS_PLACE_GPU_TRANSIENT;
 	for (int i = 0; i < s->n; i++) {
+		struct _dos_update_view u;
+		if (_dos_update_view(s->tasks[i], &u))
+			continue;
 		unsigned mask = pin && place[i] == DOS_PLACE_GPU_RESIDENT ? 1u << (unsigned)p->gpu_node : 0u;
-		for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
-			starpu_data_set_wt_mask(STARPU_TASK_GET_HANDLE(s->tasks[i], b), mask);
+		for (int r = 0; r < DOS_ADAM_STATE_BUFFERS; r++)
+			starpu_data_set_wt_mask(_dos_update_handle(s->tasks[i], &u, r), mask);
 	}
 }
 
