@@ -403,7 +403,17 @@ struct step_stats {
 	size_t peak_gpu_bytes; /* largest StarPU allocation total on one CUDA node */
 	unsigned cuda_nodes[STARPU_MAXNODES];
 	int ncuda_nodes;
+	unsigned long tasks_on_gpu[STARPU_MAXNODES]; /* by position in cuda_nodes */
 };
+
+/* Position of memory node `node` in st->cuda_nodes, or -1. */
+static int cuda_node_index(const struct step_stats *st, unsigned node)
+{
+	for (int k = 0; k < st->ncuda_nodes; k++)
+		if (st->cuda_nodes[k] == node)
+			return k;
+	return -1;
+}
 
 /* StarPU's own count of the bytes it holds on each CUDA node (data replicas and its
  * allocation cache, as accounted by starpu_memory_get_used); sampled when a task ends,
@@ -431,6 +441,9 @@ static void update_done(void *arg)
 				 : type == STARPU_CUDA_WORKER ? &st->cuda_tasks
 							      : &st->other_tasks;
 	__atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+	int k = type == STARPU_CUDA_WORKER ? cuda_node_index(st, starpu_worker_get_memory_node((unsigned)worker)) : -1;
+	if (k >= 0)
+		__atomic_fetch_add(&st->tasks_on_gpu[k], 1, __ATOMIC_RELAXED);
 	sample_gpu_memory(st);
 }
 
@@ -532,20 +545,32 @@ static int state_handles_home(struct state *s, int *total)
 }
 
 /* Bytes moved host to device and device to host since the last call (which resets
- * StarPU's per-bus counters). StarPU counts every transfer its data management issues
- * (fetches, prefetches, write-backs, evictions), also when simulated. */
-static void bus_bytes_since_last(double *h2d, double *d2h)
+ * StarPU's per-bus counters), in all and, when `per_gpu` is given, by GPU (host to GPU k
+ * in per_gpu[2k], GPU k to host in per_gpu[2k + 1], k the position in st->cuda_nodes).
+ * StarPU counts every transfer its data management issues (fetches, prefetches,
+ * write-backs, evictions), also when simulated; copies between GPUs are not counted here. */
+static void bus_bytes_since_last(const struct step_stats *st, double *h2d, double *d2h, double *per_gpu)
 {
 	*h2d = *d2h = 0.0;
+	if (per_gpu)
+		for (int k = 0; k < 2 * st->ncuda_nodes; k++)
+			per_gpu[k] = 0.0;
 	for (int bus = 0; bus < starpu_bus_get_count(); bus++) {
 		struct starpu_profiling_bus_info info;
 		starpu_bus_get_profiling_info(bus, &info);
-		enum starpu_node_kind src = starpu_node_get_kind((unsigned)starpu_bus_get_src(bus));
-		enum starpu_node_kind dst = starpu_node_get_kind((unsigned)starpu_bus_get_dst(bus));
-		if (src == STARPU_CPU_RAM && dst == STARPU_CUDA_RAM)
-			*h2d += (double)info.transferred_bytes;
-		else if (src == STARPU_CUDA_RAM && dst == STARPU_CPU_RAM)
-			*d2h += (double)info.transferred_bytes;
+		unsigned src_node = (unsigned)starpu_bus_get_src(bus), dst_node = (unsigned)starpu_bus_get_dst(bus);
+		enum starpu_node_kind src = starpu_node_get_kind(src_node), dst = starpu_node_get_kind(dst_node);
+		double bytes = (double)info.transferred_bytes;
+		int k = -1;
+		if (src == STARPU_CPU_RAM && dst == STARPU_CUDA_RAM) {
+			*h2d += bytes;
+			k = 2 * cuda_node_index(st, dst_node);
+		} else if (src == STARPU_CUDA_RAM && dst == STARPU_CPU_RAM) {
+			*d2h += bytes;
+			k = 2 * cuda_node_index(st, src_node) + 1;
+		}
+		if (per_gpu && k >= 0)
+			per_gpu[k] += bytes;
 	}
 }
 
@@ -631,6 +656,20 @@ static void print_workers(const char *policy)
 	puts(starpu_cuda_worker_get_count() ? ")" : "");
 }
 
+/* Where the updates went and what crossed each GPU's link, per step: with several GPUs, a
+ * policy that plans one of them shows it here. */
+static void print_per_gpu(const struct options *o, const char *policy, const struct step_stats *st,
+			  const double *per_gpu)
+{
+	if (st->ncuda_nodes == 0)
+		return;
+	printf("# %s: per step, updates on CPU %.1f", policy, (double)st->cpu_tasks / o->steps);
+	for (int k = 0; k < st->ncuda_nodes; k++)
+		printf(", CUDA %d %.1f (H2D %.2f GB, D2H %.2f GB)", k, (double)st->tasks_on_gpu[k] / o->steps,
+		       per_gpu[2 * k] / o->steps * 1e-9, per_gpu[2 * k + 1] / o->steps * 1e-9);
+	puts("");
+}
+
 /* Runs the warm-up and timed steps of one policy in its own StarPU session; *bound is set
  * from the first session that gets that far. r->policy and r->status are already set. */
 static void run_policy(const struct options *o, struct row *r, double *bound, int *models_shown)
@@ -670,12 +709,12 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 
 	uint64_t step = 1;
 	double warm = run_step(o, &s, step++, NULL);
-	double h2d, d2h, seconds[MAX_STEPS];
-	bus_bytes_since_last(&h2d, &d2h); /* forget the warm-up's transfers */
+	double h2d, d2h, seconds[MAX_STEPS], per_gpu[2 * STARPU_MAXNODES];
+	bus_bytes_since_last(&st, &h2d, &d2h, NULL); /* forget the warm-up's transfers */
 	sample_gpu_memory(&st);
 	for (int k = 0; k < o->steps; k++)
 		seconds[k] = run_step(o, &s, step++, &st);
-	bus_bytes_since_last(&h2d, &d2h);
+	bus_bytes_since_last(&st, &h2d, &d2h, per_gpu);
 	/* after the steps: their runs are samples of StarPU's models too */
 	if (isnan(*bound))
 		*bound = bound_seconds(o);
@@ -699,6 +738,7 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 		snprintf(r->note, sizeof r->note, "flush left %d of %d handles away", total - home, total);
 	if (st.other_tasks)
 		printf("# %s: %lu update tasks ran on workers that are neither CPU nor CUDA\n", policy, st.other_tasks);
+	print_per_gpu(o, policy, &st, per_gpu);
 	struct dos_sched_stats stats;
 	if (_dos_sched_ctx_is_ours(0) &&
 	    dos_sched_get_stats(0, &stats) == 0) /* one of our policies: its decision cost */

@@ -243,7 +243,8 @@ struct dos_sched_stats {
  * on now (its calibrated perfmodels, bus model and GPU memory, the workers of
  * `sched_ctx`), with gradients of `grad_dtype` and 16-bit weights of `weight_dtype`
  * (DOS_FP32: none) living on the GPU when `grads_on_gpu` / `weights_on_gpu`: the bound
- * of sched/bound.c, to print measured times as a ratio to it. Call it between
+ * of sched/bound.c, to print measured times as a ratio to it. It counts every GPU of the
+ * context, GPUs behind one PCIe switch sharing its bandwidth. Call it between
  * starpu_init and starpu_shutdown. Errors: -EINVAL for bad arguments, -ENODATA when StarPU's
  * dos_adam perfmodel has no measurements yet for that subgroup size on some worker kind
  * (calibrate first: dos-bench calibrate, or STARPU_CALIBRATE=1). -EINVAL covers NULL

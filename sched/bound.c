@@ -8,7 +8,13 @@
  * and the bound is its minimum over the feasible (p_r, p_x), split continuously (no
  * subgroup granularity, no pipeline fill, no latency): a lower bound, not a plan. T is
  * convex, so the minimum over p_x for each p_r is found at a vertex of the max of lines,
- * and over p_r by ternary search. */
+ * and over p_r by ternary search.
+ *
+ * G GPUs: the same with the GPUs pooled into one of G times the speed, memory and
+ * staging slots, whose links carry what all of theirs carry together (shared switches
+ * and bridges counted once). Any schedule on the G GPUs is one on the pool, so this stays
+ * a lower bound; it is reached when the work splits evenly, as it can on a symmetric
+ * node. With G = 1 nothing is pooled: the one-GPU bound, unchanged. */
 #include <math.h>
 
 #include "planner.h"
@@ -83,8 +89,10 @@ static double best_resident_split(const struct dos_machine_costs *m, double tota
 	return best_for_resident(m, total, *pr, transient_allowed);
 }
 
-double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
-			  double *resident_params)
+/* The bound on one GPU, or on a pool of GPUs described as one, keeping `slots` staging
+ * slots per GPU of the pool. */
+static double bound_on(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n, int slots,
+		       double *resident_params)
 {
 	double unused;
 	if (!resident_params)
@@ -104,15 +112,30 @@ double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_pl
 	 * update window they may also use the room the application leaves then): the
 	 * better. */
 	double only_resident = best_resident_split(m, total, fmax(0.0, m->gpu_budget_bytes), 0, resident_params);
-	double slots = 2 * biggest * dos_staging_bytes_per_param(m);
-	if (dos_staging_room_bytes(m, 0.0) < slots)
+	double slot_bytes = slots * biggest * dos_staging_bytes_per_param(m);
+	if (dos_staging_room_bytes(m, 0.0) < slot_bytes)
 		return only_resident;
 	double pr;
 	double with_staging = best_resident_split(
-		m, total, fmax(0.0, fmin(m->gpu_budget_bytes, dos_staging_room_bytes(m, slots))), 1, &pr);
+		m, total, fmax(0.0, fmin(m->gpu_budget_bytes, dos_staging_room_bytes(m, slot_bytes))), 1, &pr);
 	if (with_staging < only_resident) {
 		*resident_params = pr;
 		return with_staging;
 	}
 	return only_resident;
+}
+
+double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
+			  double *resident_params)
+{
+	if (m->ngpus <= 1)
+		return bound_on(m, sg, n, 2, resident_params);
+	double g = m->ngpus;
+	struct dos_machine_costs pool = *m;
+	pool.gpu_seconds_per_param = m->gpu_seconds_per_param / g;
+	pool.h2d_bytes_per_second = m->node_h2d_bytes_per_second;
+	pool.d2h_bytes_per_second = m->node_d2h_bytes_per_second;
+	pool.gpu_budget_bytes = m->gpu_budget_bytes * g;
+	pool.gpu_update_extra_bytes = m->gpu_update_extra_bytes * g;
+	return bound_on(&pool, sg, n, 2 * m->ngpus, resident_params);
 }

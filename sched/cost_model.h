@@ -41,6 +41,12 @@ struct dos_machine_costs {
 	 * while the GPU runs the application (learned from the last iteration; 0: none). */
 	double promote_bytes;
 	struct dos_data_homes homes;
+	/* The whole node, for the bound only (the planner plans the GPU above): the number of
+	 * GPUs of the context, each taken to be like the one above (rates, budget), and what
+	 * the transfers of all of them together reach each way, GPUs behind one PCIe switch
+	 * or host bridge sharing its bandwidth. ngpus <= 1: that GPU alone, node rates unused. */
+	int ngpus;
+	double node_h2d_bytes_per_second, node_d2h_bytes_per_second;
 };
 
 /* GPU memory left for staging state beside `resident_bytes` of resident state. */

@@ -292,7 +292,9 @@ double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_s
 	 * kept free (keeping every resident subgroup can leave no room to stage others). The
 	 * candidate with the best steady state wins; this step's time is what it returns. */
 	double goal, biggest = max_params(sg, n);
-	_dos_bound_seconds(m, sg, n, &goal);
+	struct dos_machine_costs one_gpu = *m; /* this plan places on one GPU */
+	one_gpu.ngpus = 1;
+	_dos_bound_seconds(&one_gpu, sg, n, &goal);
 	double slots = 2 * biggest * dos_staging_bytes_per_param(m);
 	double goals[2] = {goal, goal + biggest};
 	double caps[2] = {m->gpu_budget_bytes, fmin(m->gpu_budget_bytes, dos_staging_room_bytes(m, slots))};

@@ -36,8 +36,9 @@ void _dos_plan_all_cpu(int n, enum dos_placement *out);
 void _dos_plan_stride(int n, int k, enum dos_placement *out);          /* DOS prototype */
 void _dos_plan_resident(int n, double ratio, enum dos_placement *out); /* Twin-Flow */
 
-/* Best achievable update-phase time for these subgroups (bound.c), in steady state;
- * the resident parameters that achieve it in *resident_params (may be NULL). */
+/* Best achievable update-phase time for these subgroups (bound.c), in steady state, on
+ * the m->ngpus GPUs of the node; the resident parameters that achieve it in
+ * *resident_params (may be NULL), over all GPUs. */
 double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
 			  double *resident_params);
 

@@ -5,7 +5,9 @@
  * which. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "codelet_util.h"
 #include "codelets.h"
@@ -66,6 +68,122 @@ static double link_rate(unsigned src, unsigned dst)
 	return isfinite(mb_per_s) && mb_per_s > 0 ? mb_per_s * 1e6 : DEFAULT_LINK_BYTES_PER_SECOND;
 }
 
+#ifdef STARPU_SIMGRID
+/* The bridge GPU `devid` crosses to host memory, from the simulated machine's platform
+ * file: the first "... through" link of its route from RAM (tools/gen-machine.py writes
+ * them, as StarPU's own platform writer does). Copied into `name`; 0 when found. */
+static int platform_bridge(const char *xml, int devid, char *name, size_t size)
+{
+	char route[64];
+	snprintf(route, sizeof route, "<route src=\"RAM\" dst=\"CUDA%d\"", devid);
+	const char *start = strstr(xml, route);
+	const char *end = start ? strstr(start, "</route>") : NULL;
+	for (const char *at = start; at && end && (at = strstr(at, "<link_ctn id=\"")) && at < end;) {
+		at += strlen("<link_ctn id=\"");
+		const char *quote = strchr(at, '"');
+		size_t len = quote ? (size_t)(quote - at) : 0;
+		if (len > 8 && len < size && !strncmp(quote - 8, " through", 8)) {
+			memcpy(name, at, len);
+			name[len] = '\0';
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* How many of the `ngpus` GPUs (devices 0..ngpus-1) cross the same bridge as `devid`, by
+ * the platform file ($STARPU_PERF_MODEL_DIR/bus/$STARPU_HOSTNAME.platform.v4.xml, as
+ * tools/sim-env.sh sets them); 0 when it cannot tell. StarPU 1.4.10 cannot: its
+ * _starpu_simgrid_count_ngpus runs before the CUDA driver registers the peer buses it
+ * would annotate, so every peer bus reads "shared by all GPUs". */
+static int simulated_bridge_share(int devid, int ngpus)
+{
+	const char *dir = getenv("STARPU_PERF_MODEL_DIR"), *host = getenv("STARPU_HOSTNAME");
+	char path[4096], mine[128], other[128];
+	if (!dir || !host || snprintf(path, sizeof path, "%s/bus/%s.platform.v4.xml", dir, host) >= (int)sizeof path)
+		return 0;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	char *xml = NULL;
+	long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+	if (size > 0 && fseek(f, 0, SEEK_SET) == 0 && (xml = malloc((size_t)size + 1)) != NULL) {
+		size = (long)fread(xml, 1, (size_t)size, f);
+		xml[size] = '\0';
+	}
+	fclose(f);
+	int share = 0;
+	if (xml && platform_bridge(xml, devid, mine, sizeof mine) == 0)
+		for (int k = 0; k < ngpus; k++)
+			share += platform_bridge(xml, k, other, sizeof other) == 0 && !strcmp(mine, other);
+	free(xml);
+	return share;
+}
+#endif
+
+/* How many GPUs share the nearest PCIe switch or host bridge of `node` on its way to host
+ * memory, as StarPU reports it for peer copies: for each other GPU, the number of GPUs
+ * below the bridge the two meet at (hwloc's common ancestor on a real machine, the
+ * machine file's "through" link in simulation; 1 for a direct NVLink, which says nothing
+ * about the host side). The smallest count of 2 or more is GPU node's own bridge; none:
+ * the GPU has its link to itself. StarPU measured each link alone, and a bridge is taken
+ * to carry one GPU link's bandwidth (an x16 uplink), so a GPU's share is its rate over
+ * that count. On a real machine the common ancestor may be a whole socket rather than a
+ * bridge, which overstates sharing: then the bound is looser, still a bound. */
+static int gpus_sharing_bridge(unsigned node, const unsigned *gpu_nodes, int ngpus)
+{
+#ifdef STARPU_SIMGRID
+	int simulated = simulated_bridge_share(starpu_memory_node_get_devid(node), ngpus);
+	if (simulated > 0)
+		return simulated;
+#endif
+	int share = 1;
+	for (int j = 0; j < ngpus; j++) {
+		if (gpu_nodes[j] == node)
+			continue;
+		int bus = starpu_bus_get_id((int)node, (int)gpu_nodes[j]);
+		int n = bus >= 0 ? starpu_bus_get_ngpus(bus) : 0;
+		if (n >= 2 && (share == 1 || n < share))
+			share = n;
+	}
+	return share;
+}
+
+/* The GPUs' memory nodes of the context, each once (several workers may drive one GPU);
+ * returns how many, at most `max`. */
+static int context_gpu_nodes(unsigned sched_ctx, unsigned *nodes, int max)
+{
+	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
+	struct starpu_sched_ctx_iterator it;
+	int n = 0;
+	workers->init_iterator(workers, &it);
+	while (workers->has_next(workers, &it)) {
+		int w = (int)workers->get_next(workers, &it);
+		if (starpu_worker_is_combined_worker(w) || starpu_worker_get_type(w) != STARPU_CUDA_WORKER)
+			continue;
+		unsigned node = starpu_worker_get_memory_node((unsigned)w);
+		int seen = 0;
+		for (int j = 0; j < n; j++)
+			seen |= nodes[j] == node;
+		if (!seen && n < max)
+			nodes[n++] = node;
+	}
+	return n;
+}
+
+/* The node's GPUs and their links all together (cost_model.h: for the bound). */
+static void measure_node_links(unsigned sched_ctx, struct dos_machine_costs *out)
+{
+	unsigned nodes[STARPU_MAXNODES];
+	out->ngpus = context_gpu_nodes(sched_ctx, nodes, STARPU_MAXNODES);
+	out->node_h2d_bytes_per_second = out->node_d2h_bytes_per_second = 0;
+	for (int k = 0; k < out->ngpus; k++) {
+		double share = gpus_sharing_bridge(nodes[k], nodes, out->ngpus);
+		out->node_h2d_bytes_per_second += link_rate(STARPU_MAIN_RAM, nodes[k]) / share;
+		out->node_d2h_bytes_per_second += link_rate(nodes[k], STARPU_MAIN_RAM) / share;
+	}
+}
+
 int _dos_measure_costs(struct starpu_task *update, double params, unsigned sched_ctx,
 		       const struct dos_data_homes *homes, double reserved_gpu_bytes, struct dos_machine_costs *out,
 		       int *calibrated)
@@ -104,6 +222,7 @@ int _dos_measure_costs(struct starpu_task *update, double params, unsigned sched
 		double safety = fmin(total * GPU_SAFETY_FRACTION, GPU_SAFETY_MAX_BYTES);
 		out->gpu_budget_bytes = fmax(0.0, total - safety - reserved_gpu_bytes);
 	}
+	measure_node_links(sched_ctx, out);
 	return 0;
 }
 

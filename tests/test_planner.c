@@ -83,6 +83,41 @@ static double check_plan(const char *what, double budget, int resident_now, doub
 	return planned;
 }
 
+/* The bound of G GPUs (bound.c). One GPU: exactly the one-GPU bound, whatever the node
+ * rates say. Two GPUs with the 20B example per node, no room for residency (two staging
+ * slots each): the CPU and the link bind, as in docs/background.md, so at the optimum the
+ * CPU's time (5e9 - x) c equals the link's, (2 (5e9 - x) + 12 x) / B per direction (the
+ * CPU-updated subgroups' 16-bit weights in, gradients out; 12 B of state each way for the
+ * x params updated on the GPUs): x = (5e9 c - 1e10 / B) / (c + 10 / B). Behind one switch
+ * the pair shares one link's B = 25 GB/s, which gives the one-GPU 1.276 s; each with its
+ * own link, B = 50 GB/s: 0.833 s. */
+static void check_node_bound(double slots_only)
+{
+	struct dos_plan_subgroup sg[N];
+	subgroups(sg, 0);
+	struct dos_machine_costs m = h100_rank(slots_only);
+	double one = _dos_bound_seconds(&m, sg, N, NULL);
+	m.ngpus = 1;
+	m.node_h2d_bytes_per_second = m.node_d2h_bytes_per_second = 1e9; /* unused for one GPU */
+	CHECK(_dos_bound_seconds(&m, sg, N, NULL) == one, "G = 1 changed the bound: %.17g s, not %.17g s",
+	      _dos_bound_seconds(&m, sg, N, NULL), one);
+	double c = m.cpu_seconds_per_param;
+	static const struct {
+		const char *what;
+		double node_link;
+	} cases[] = {{"2 GPUs behind one switch", 25e9}, {"2 GPUs, a link each", 50e9}};
+	for (int k = 0; k < 2; k++) {
+		double b = cases[k].node_link;
+		double x = (5e9 * c - 1e10 / b) / (c + 10 / b);
+		double hand = (5e9 - x) * c;
+		m.ngpus = 2;
+		m.node_h2d_bytes_per_second = m.node_d2h_bytes_per_second = b;
+		double bound = _dos_bound_seconds(&m, sg, N, NULL);
+		printf("%-34s bound %.4f s, by hand %.4f s (one GPU: %.4f s)\n", cases[k].what, bound, hand, one);
+		CHECK(fabs(bound / hand - 1) < 1e-6, "%s: bound %.6f s, by hand %.6f s", cases[k].what, bound, hand);
+	}
+}
+
 int main(void)
 {
 	/* The worked example of docs/background.md: 2 staging slots of state, no room for
@@ -191,5 +226,6 @@ int main(void)
 		_dos_plan_all_cpu(N, base);
 		CHECK(planned <= _dos_plan_predict(&m, sg, N, base), "slow link: plan slower than all-CPU");
 	}
+	check_node_bound(slots_only);
 	return 0;
 }

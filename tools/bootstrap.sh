@@ -30,8 +30,17 @@ mkdir -p "$build"
 cd "$build"
 wanted="--with-starpu=$prefix $extra $*"
 if [[ ! -f Makefile || ! -f .configured-with || $(cat .configured-with) != "$wanted" ]]; then
+	built_before=0
+	[[ -f Makefile ]] && built_before=1
 	echo "bootstrap: configure $wanted in $build" >&2
 	# shellcheck disable=SC2086 # the arguments are words on purpose
 	"$top"/configure $wanted >&2
+	# Objects built against another StarPU must go: their dependencies name that StarPU's
+	# headers, which still exist, so make would keep them, and a StarPU built with other
+	# limits (STARPU_NMAXWORKERS follows --enable-maxcudadev) has another ABI.
+	if [[ $built_before == 1 ]]; then
+		echo "bootstrap: make clean (configured against another StarPU before)" >&2
+		make clean >/dev/null
+	fi
 	echo "$wanted" >.configured-with
 fi

@@ -152,9 +152,10 @@ nvcc_path() {
 	fi
 }
 
-# Switches we never use: they cost build time or pull in dependencies.
+# Switches we never use: they cost build time or pull in dependencies. StarPU's default of
+# 4 CUDA devices per process would hide half of an 8-GPU node (and of its simulated ones).
 common_flags=(
-	--enable-maxcpus=256 --with-fxt --disable-opencl --disable-hip --disable-fortran
+	--enable-maxcpus=256 --enable-maxcudadev=8 --with-fxt --disable-opencl --disable-hip --disable-fortran
 	--disable-socl --disable-starpufft --disable-starpupy --disable-build-doc
 	--disable-build-examples --disable-build-tests --disable-openmp --enable-blas-lib=none
 )

@@ -31,7 +31,7 @@ import math
 import os
 import struct
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +76,21 @@ class Machine:
     cpu_sgemm_core: Num  # FLOP/s: fp32 SGEMM of one core (single-threaded OpenBLAS, as codelets/model_cpu.c runs it)
     gpu_sgemm: Num  # FLOP/s: fp32 SGEMM of the GPU (cuBLAS, TF32 off)
     gpu_gemm16: Num  # FLOP/s: bf16/fp16 products on the tensor cores, fp32 accumulation (16-bit compute)
+    # Several GPUs in one process (left at their defaults for a one-GPU rank): G identical
+    # GPUs, each with its own x16 link (pcie_h2d, pcie_d2h); gpus_per_switch of them share
+    # one PCIe switch whose uplink to the host (switch_h2d, switch_d2h) they share.
+    gpus: Optional[Num] = None  # G; None: one GPU
+    sockets: Optional[Num] = None  # documentation: the simulation has one host memory node
+    gpus_per_switch: Optional[Num] = None
+    switch_h2d: Optional[Num] = None  # B/s, sustained, one switch's uplink, host to switch
+    switch_d2h: Optional[Num] = None  # B/s, sustained, switch to host
+
+    def ngpus(self):
+        return int(self.gpus.value) if self.gpus else 1
+
+    def switch_of(self, k):
+        """The PCIe switch GPU k sits behind (its own one when there are no switches)."""
+        return k // int(self.gpus_per_switch.value) if self.gpus_per_switch else k
 
 
 ADAM_BYTES = 28  # per parameter: read p, m, v (12) + fp16 grad (2); write p, m, v (12) + weight16 (2)
@@ -337,6 +352,120 @@ MACHINES = {
 }
 
 
+# ---- nodes of several GPUs driven by one process ----------------------------------------
+#
+# Each is G copies of a one-GPU row above (same GPU, same x16 link per GPU, same perfmodels),
+# with the whole node's CPU pool and a PCIe tree: two sockets, GPUs in pairs behind PCIe
+# switches, each switch with one x16 uplink to its socket, so the two GPUs of a pair share
+# that uplink. The host side above the switches (root complexes, DRAM) is not a bottleneck
+# for DMA in the simulation: SimGrid does not model host memory bandwidth (README: the model).
+
+TWO_SOCKETS = Num(
+    2,
+    "sockets",
+    "assumption",
+    "the common layout of 4- and 8-GPU PCIe servers (issue 17); the published nodes' topology is not in our sources",
+)
+GPU_PAIRS = Num(
+    2,
+    "GPUs per switch",
+    "assumption",
+    "GPUs in pairs behind PCIe switches, as in common 8-GPU servers (issue 17); check with `nvidia-smi topo -m`",
+)
+
+
+def switch_uplink(base, direction):
+    link = base.pcie_h2d if direction == "h2d" else base.pcie_d2h
+    return Num(
+        link.value,
+        "B/s",
+        "assumption",
+        f"one x16 uplink per switch, of the same generation and sustained rate as a GPU's own x16 link "
+        f"({base.name} row's pcie_{direction}): the pair shares it",
+    )
+
+
+def node_of(base, gpus, title, host_bw):
+    """A node of `gpus` GPUs of the one-GPU row `base`, with the node's CPU pool `host_bw`."""
+    return replace(
+        base,
+        name=f"{base.name}-x{gpus}",
+        title=title,
+        host_bw=host_bw,
+        gpus=Num(gpus, "GPUs", "choice", "the node of issue 17, driven by one process"),
+        sockets=TWO_SOCKETS,
+        gpus_per_switch=GPU_PAIRS,
+        switch_h2d=switch_uplink(base, "h2d"),
+        switch_d2h=switch_uplink(base, "d2h"),
+        cores=Num(None, "cores", "unknown", "documentation only; the CPU pool is modelled by host_bw"),
+        host_mem=Num(None, "B", "unknown", "not used by the simulation"),
+    )
+
+
+def ranks_host_bw(base, ranks, status, what):
+    return Num(
+        ranks * base.host_bw.value,
+        "B/s",
+        status,
+        f"{ranks} x the {base.name} row's host_bw ({base.host_bw.value / GB:.4g} GB/s): {what}",
+    )
+
+
+# DDR5-4800: 4800 MT/s x 8 bytes per channel; 8 channels per socket in Sapphire Rapids.
+DDR5_4800_TWO_SOCKETS = 2 * 8 * 4800e6 * 8
+
+
+def _multi_gpu_nodes():
+    h100, a100, h200 = MACHINES["h100-pcie5"], MACHINES["a100-pcie4"], MACHINES["h200"]
+    return [
+        node_of(
+            h100,
+            4,
+            "the published 4xH100 node driven by one process: 4 H100 80 GB, PCIe Gen5, GPUs in pairs behind switches",
+            ranks_host_bw(
+                h100, 4, "derived", "the published node's 4 ranks ran their all-CPU 20B updates (2271 ms) at once"
+            ),
+        ),
+        node_of(
+            h100,
+            8,
+            "an 8xH100 PCIe Gen5 node driven by one process: two sockets, GPUs in pairs behind 4 switches",
+            ranks_host_bw(
+                h100,
+                8,
+                "assumption",
+                f"the published node's CPU share per GPU; {8 * h100.host_bw.value / GB:.0f} GB/s is "
+                f"{8 * h100.host_bw.value / DDR5_4800_TWO_SOCKETS:.2f} of the {DDR5_4800_TWO_SOCKETS / GB:.0f} GB/s "
+                "peak of two sockets of 8 DDR5-4800 channels",
+            ),
+        ),
+        node_of(
+            a100,
+            4,
+            "the published 4xA100-40GB node driven by one process: 4 A100, PCIe Gen4, GPUs in pairs behind switches",
+            ranks_host_bw(
+                a100, 4, "derived", "the published node's 4 ranks ran their all-CPU 20B updates (5.20 s) at once"
+            ),
+        ),
+        node_of(
+            h200,
+            8,
+            "an 8xH200 node (HGX class) driven by one process: two sockets, GPUs in pairs behind 4 PCIe Gen5 switches",
+            Num(
+                0.7 * DDR5_4800_TWO_SOCKETS,
+                "B/s",
+                "estimate",
+                f"two sockets of 8 DDR5-4800 channels ({DDR5_4800_TWO_SOCKETS / GB:.0f} GB/s peak, Xeon Sapphire "
+                "Rapids as in HGX H200 servers) x 0.7 reached by a streaming kernel (assumption); 8 x the h200 "
+                "row's 120 GB/s would exceed the peak",
+            ),
+        ),
+    ]
+
+
+MACHINES.update({m.name: m for m in _multi_gpu_nodes()})
+
+
 @dataclass(frozen=True)
 class Codelet:
     symbol: str
@@ -595,25 +724,25 @@ def _e(x):
     return "%-15e" % x
 
 
-def perfmodel_block(machine, codelet, comb, device, cpu_workers):
+def perfmodel_block(machine, codelet, comb, device, cpu_workers, devid=0):
     a, b, c = regression(machine, codelet, device, cpu_workers)
     entries = []
     for nx in sorted(HISTORY_NX, reverse=True):  # StarPU lists the newest entry first
         size = codelet.size(nx)
         mean = a * size**b + c
         entries.append((footprint(codelet, nx), size, mean))
-    return _perfmodel_block_text(comb, device, (a, b, c), entries)
+    return _perfmodel_block_text(comb, device, devid, (a, b, c), entries)
 
 
-def model_perfmodel_block(machine, mc, comb, device, cpu_workers):
+def model_perfmodel_block(machine, mc, comb, device, cpu_workers, devid=0):
     a, b, c = model_regression(machine, mc, device, cpu_workers)
     sizes = HISTORY_FLOPS if mc.size == FLOPS else HISTORY_BYTES
     entries = [(synthetic_footprint(size), size, a * size**b + c) for size in sorted(sizes, reverse=True)]
     assert len({fp for fp, _, _ in entries}) == len(entries), f"{mc.symbol}: synthetic footprints collide"
-    return _perfmodel_block_text(comb, device, (a, b, c), entries)
+    return _perfmodel_block_text(comb, device, devid, (a, b, c), entries)
 
 
-def _perfmodel_block_text(comb, device, abc, entries):
+def _perfmodel_block_text(comb, device, devid, abc, entries):
     """One combination's part of a perfmodel file, as StarPU 1.4.10's dump_per_arch_model_file
     writes it, from the regression and the history entries (footprint, size, mean us)."""
     a, b, c = abc
@@ -642,7 +771,7 @@ def _perfmodel_block_text(comb, device, abc, entries):
     out.append("####################\n")
     out.append("# DEV_0\n")
     out.append("# device id \n")
-    out.append("0\n")
+    out.append(f"{devid}\n")
     out.append("####################\n")
     out.append("# DEV_0\n")
     out.append("# number of cores \n")
@@ -651,7 +780,7 @@ def _perfmodel_block_text(comb, device, abc, entries):
     out.append("# number of implementations\n")
     out.append("1\n")
     out.append("#####\n")
-    out.append(f"# Model for {arch}0_impl0 (Comb{comb})\n")
+    out.append(f"# Model for {arch}{devid}_impl0 (Comb{comb})\n")
     out.append(f"# number of entries\n{len(entries)}\n")
     out.append("# sumlnx\tsumlnx2\t\tsumlny\t\tsumlnxlny\talpha\t\tbeta\t\tn\tminx\t\tmaxx\n")
     out.append(f"{_e(sumlnx)}\t{_e(sumlnx2)}\t{_e(sumlny)}\t{_e(sumlnxlny)}\t")
@@ -678,29 +807,37 @@ def perfmodel_file(machine, codelet, cpu_workers):
         "####################\n"
         "# COMBs\n"
         "# number of combinations\n"
-        "2\n"
+        f"{1 + machine.ngpus()}\n"
     )
     if isinstance(codelet, ModelCodelet):
         block = model_perfmodel_block
     else:
         block = perfmodel_block
-    cpu = block(machine, codelet, 0, CPU_WORKER, cpu_workers)
-    return head + cpu + block(machine, codelet, 1, CUDA_WORKER, cpu_workers)
+    # One combination per CUDA device, as StarPU calibrates them (its CUDA perfmodels are
+    # per device unless STARPU_PERF_MODEL_HOMOGENEOUS_CUDA=1); the CPU workers share one.
+    out = head + block(machine, codelet, 0, CPU_WORKER, cpu_workers)
+    for k in range(machine.ngpus()):
+        out += block(machine, codelet, 1 + k, CUDA_WORKER, cpu_workers, devid=k)
+    return out
 
 
 # ---- bus files --------------------------------------------------------------------------
 
 
 def matrix_file(values):
-    """values[src][dst] for nodes 0 (NUMA 0) and 1 (CUDA 0); written as StarPU's
+    """values[src][dst] for nodes 0 (NUMA 0) and 1..G (CUDA 0..G-1); written as StarPU's
     write_bus_{bandwidth,latency}_file_content does: a header with a trailing tab,
-    MATRIX_NODES tab-separated columns (no trailing tab), nan outside the machine, then
-    the all-nan rows."""
-    out = ["# to NUMA 0\tto CUDA 0\t\n"]
-    for src in range(MATRIX_NODES):
+    max(MATRIX_NODES, G + 2) tab-separated columns (no trailing tab), nan outside the
+    machine, then the all-nan rows: at least one, or StarPU's reader leaves the last
+    node's row and column nan (seen with 8 GPUs)."""
+    nodes = len(values)
+    size = max(MATRIX_NODES, nodes + 1)
+    header = ["to NUMA 0"] + [f"to CUDA {k}" for k in range(nodes - 1)]
+    out = ["# " + "".join(h + "\t" for h in header) + "\n"]
+    for src in range(size):
         row = []
-        for dst in range(MATRIX_NODES):
-            if src < 2 and dst < 2:
+        for dst in range(size):
+            if src < nodes and dst < nodes:
                 row.append("%e" % values[src][dst])
             else:
                 row.append("nan")
@@ -708,29 +845,49 @@ def matrix_file(values):
     return "".join(out)
 
 
+def peer_bandwidth(m, a, b):
+    """B/s of a GPU a -> GPU b copy: both GPUs' own links, and both switches' uplinks
+    when they sit behind different switches."""
+    bw = min(m.pcie_d2h.value, m.pcie_h2d.value)
+    if m.switch_of(a) != m.switch_of(b) and m.switch_h2d:
+        bw = min(bw, m.switch_d2h.value, m.switch_h2d.value)
+    return bw
+
+
 def bandwidth_file(m):
     mb = 1e6  # StarPU's MB/s: bytes per microsecond
-    return matrix_file([[0.0, m.pcie_h2d.value / mb], [m.pcie_d2h.value / mb, 0.0]])
+    g = m.ngpus()
+    h2d, d2h = m.pcie_h2d.value, m.pcie_d2h.value
+    if m.switch_h2d:
+        h2d, d2h = min(h2d, m.switch_h2d.value), min(d2h, m.switch_d2h.value)
+    values = [[0.0] + [h2d / mb] * g]
+    for a in range(g):
+        values.append([d2h / mb] + [0.0 if a == b else peer_bandwidth(m, a, b) / mb for b in range(g)])
+    return matrix_file(values)
 
 
 def latency_file(m):
     us = m.pcie_latency.value * 1e6
-    return matrix_file([[0.0, us], [us, 0.0]])
+    g = m.ngpus()
+    # A peer copy crosses two links (a's up, b's down): twice the latency.
+    values = [[0.0] + [us] * g] + [[us] + [0.0 if a == b else 2 * us for b in range(g)] for a in range(g)]
+    return matrix_file(values)
 
 
-def config_file(cpu_workers):
+def config_file(m, cpu_workers):
     # write_bus_config_file_content; the CPU count is that of the simulated machine.
     lines = ["# Current configuration\n", f"{cpu_workers} # Number of CPUs\n"]
-    kinds = [("NUMA", 1), ("CUDA", 1), ("OpenCL", 0), ("FPGA", 0), ("Disk", 0)]
+    kinds = [("NUMA", 1), ("CUDA", m.ngpus()), ("OpenCL", 0), ("FPGA", 0), ("Disk", 0)]
     kinds += [("MPI_MS", 0), ("TCPIP_MS", 0), ("HIP", 0)]
     for kind, n in kinds:
         lines.append(f"{n} # Number of {kind} nodes\n")
     return "".join(lines)
 
 
-def affinity_file():
-    # write_bus_affinity_file_content: GPU 0 prefers NUMA node 0.
-    return "# GPU\tNUMA0\t\n0\t0\t\n"
+def affinity_file(m):
+    # write_bus_affinity_file_content: every GPU prefers NUMA node 0, the one host memory
+    # node the simulation has (pinned buffers are assumed on each GPU's own socket).
+    return "# GPU\tNUMA0\t\n" + "".join(f"{k}\t0\t\n" for k in range(m.ngpus()))
 
 
 def platform_file(m, cpu_workers):
@@ -739,8 +896,21 @@ def platform_file(m, cpu_workers):
     "Host", as in StarPU's shipped examples and as simgrid.c's route counting expects
     (1.4.10's flat writer names it "Interconnect"). Both directions cross it, so its
     bandwidth is the sum of both: H2D and D2H each get their own link's bandwidth when
-    they run together (full duplex), and share it when two go the same way."""
+    they run together (full duplex), and share it when two go the same way.
+
+    With several GPUs behind PCIe switches, a GPU's routes to and from RAM also cross its
+    switch's "up" (to the host) or "down" link, which the GPUs of the switch share, and its
+    "through" link, which simgrid.c's _starpu_simgrid_count_ngpus looks for to count the
+    GPUs sharing a bridge. Peer copies between GPUs of one switch stay below it; between
+    switches they cross the host. The "Host" link carries every switch's traffic both ways
+    and never binds: SimGrid does not model host memory bandwidth."""
     h2d, d2h, lat = m.pcie_h2d.value, m.pcie_d2h.value, m.pcie_latency.value
+    g = m.ngpus()
+    switches = sorted({m.switch_of(k) for k in range(g)}) if m.switch_h2d else []
+    if switches:
+        host_bw = len(switches) * (m.switch_h2d.value + m.switch_d2h.value)
+    else:
+        host_bw = g * (h2d + d2h)
     out = [
         "<?xml version='1.0'?>\n",
         "<!DOCTYPE platform SYSTEM 'http://simgrid.gforge.inria.fr/simgrid/simgrid.dtd'>\n",
@@ -761,27 +931,56 @@ def platform_file(m, cpu_workers):
     # need to be the same everywhere.
     for i in range(cpu_workers):
         out.append(f'   <host id="CPU{i}" speed="2000000000f"/>\n')
+    for k in range(g):
+        out += [
+            f'   <host id="CUDA{k}" speed="2000000000f">\n',
+            f'     <prop id="model" value="{m.gpu_model}"/>\n',
+            f'     <prop id="memsize" value="{int(m.gpu_mem.value)}"/>\n',
+            '     <prop id="memcpy_peer" value="1"/>\n',
+            "   </host>\n",
+        ]
     out += [
-        '   <host id="CUDA0" speed="2000000000f">\n',
-        f'     <prop id="model" value="{m.gpu_model}"/>\n',
-        f'     <prop id="memsize" value="{int(m.gpu_mem.value)}"/>\n',
-        '     <prop id="memcpy_peer" value="1"/>\n',
-        "   </host>\n",
         "\n",
         '   <host id="RAM" speed="1f"/>\n',
-        f'   <link id="Host" bandwidth="{h2d + d2h:f}Bps" latency="0.000000s"/>\n',
+        f'   <link id="Host" bandwidth="{host_bw:f}Bps" latency="0.000000s"/>\n',
         "\n",
-        f'   <link id="RAM-CUDA0" bandwidth="{h2d:f}Bps" latency="{lat:f}s"/>\n',
-        f'   <link id="CUDA0-RAM" bandwidth="{d2h:f}Bps" latency="{lat:f}s"/>\n',
-        "\n",
-        '   <route src="RAM" dst="CUDA0" symmetrical="NO">\n',
-        '      <link_ctn id="RAM-CUDA0"/>\n',
-        '      <link_ctn id="Host"/>\n',
-        "   </route>\n",
-        '   <route src="CUDA0" dst="RAM" symmetrical="NO">\n',
-        '      <link_ctn id="CUDA0-RAM"/>\n',
-        '      <link_ctn id="Host"/>\n',
-        "   </route>\n",
+    ]
+    for k in range(g):
+        out.append(f'   <link id="RAM-CUDA{k}" bandwidth="{h2d:f}Bps" latency="{lat:f}s"/>\n')
+        out.append(f'   <link id="CUDA{k}-RAM" bandwidth="{d2h:f}Bps" latency="{lat:f}s"/>\n')
+    for j in switches:
+        up, down = m.switch_d2h.value, m.switch_h2d.value
+        out.append(f'   <link id="PCIe switch {j} up" bandwidth="{up:f}Bps" latency="0.000000s"/>\n')
+        out.append(f'   <link id="PCIe switch {j} down" bandwidth="{down:f}Bps" latency="0.000000s"/>\n')
+        out.append(f'   <link id="PCIe switch {j} through" bandwidth="{up + down:f}Bps" latency="0.000000s"/>\n')
+    out.append("\n")
+
+    def route(src, dst, links):
+        return (
+            [f'   <route src="{src}" dst="{dst}" symmetrical="NO">\n']
+            + [f'      <link_ctn id="{link}"/>\n' for link in links]
+            + ["   </route>\n"]
+        )
+
+    def bridge(k, direction):
+        if not switches:
+            return []
+        j = m.switch_of(k)
+        return [f"PCIe switch {j} {direction}", f"PCIe switch {j} through"]
+
+    for k in range(g):
+        out += route("RAM", f"CUDA{k}", [f"RAM-CUDA{k}"] + bridge(k, "down") + ["Host"])
+        out += route(f"CUDA{k}", "RAM", [f"CUDA{k}-RAM"] + bridge(k, "up") + ["Host"])
+    for a in range(g):
+        for b in range(g):
+            if a == b:
+                continue
+            if switches and m.switch_of(a) == m.switch_of(b):
+                links = [f"CUDA{a}-RAM", f"PCIe switch {m.switch_of(a)} through", f"RAM-CUDA{b}"]
+            else:
+                links = [f"CUDA{a}-RAM"] + bridge(a, "up") + ["Host"] + bridge(b, "down")[::-1] + [f"RAM-CUDA{b}"]
+            out += route(f"CUDA{a}", f"CUDA{b}", links)
+    out += [
         "\n",
         " </AS>\n",
         " </platform>\n",
@@ -793,7 +992,7 @@ def sim_env_file(m, cpu_workers):
     return (
         "# Generated by tools/gen-machine.py; read by tools/sim-env.sh.\n"
         f"STARPU_NCPU={cpu_workers}\n"
-        "STARPU_NCUDA=1\n"
+        f"STARPU_NCUDA={m.ngpus()}\n"
         f"STARPU_LIMIT_CUDA_MEM={int(m.gpu_mem.value) // MIB}\n"
     )
 
@@ -805,8 +1004,8 @@ def machine_files(m, cpu_workers):
         f"bus/{n}.platform.v4.xml": platform_file(m, cpu_workers),
         f"bus/{n}.bandwidth": bandwidth_file(m),
         f"bus/{n}.latency": latency_file(m),
-        f"bus/{n}.config": config_file(cpu_workers),
-        f"bus/{n}.affinity": affinity_file(),
+        f"bus/{n}.config": config_file(m, cpu_workers),
+        f"bus/{n}.affinity": affinity_file(m),
         "sim.env": sim_env_file(m, cpu_workers),
     }
     for c in CODELETS + MODEL_CODELETS:
@@ -867,7 +1066,14 @@ def readme_tables():
         out.append(f"### `{m.name}`: {m.title}\n\n")
         out.append(f"CUDA0 model: {m.gpu_model}.\n\n")
         out.append("| quantity | value | status | source |\n|---|---|---|---|\n")
-        for field, label in rows:
+        node_rows = [
+            ("gpus", "GPUs G, driven by one process"),
+            ("sockets", "sockets"),
+            ("gpus_per_switch", "GPUs per PCIe switch"),
+            ("switch_h2d", "switch uplink, host to switch, sustained"),
+            ("switch_d2h", "switch uplink, switch to host, sustained"),
+        ]
+        for field, label in rows + (node_rows if m.gpus else []):
             num = getattr(m, field)
             out.append(f"| {label} | {_fmt(num)} | {num.status} | {num.source} |\n")
         w = int(m.cpu_workers.value)
@@ -876,12 +1082,14 @@ def readme_tables():
         t_cpu = sum(regression(m, adam, CPU_WORKER, w)[i] * (adam.size(s) if i == 0 else 1) for i in (0, 2))
         t_gpu = sum(regression(m, adam, CUDA_WORKER, w)[i] * (adam.size(s) if i == 0 else 1) for i in (0, 2))
         state = 12 * s
+        # The 20B setup per GPU: 5e9 params in subgroups of 1e8 on each GPU.
+        all_cpu_params = f"{m.ngpus() * 5}e9 ({m.ngpus()} x 5e9)" if m.gpus else "5e9"
         out.append(
             f"\nWhat follows for a 1e8-param subgroup: CPU Adam {t_cpu / 1e3:.2f} ms per task with W = {w} "
             f"({m.host_bw.value / ADAM_BYTES / 1e9:.2f} G params/s in all); GPU Adam "
             f"{t_gpu / 1e3:.2f} ms; its 1.2 GB of state {state / m.pcie_h2d.value * 1e3:.1f} ms in and "
-            f"{state / m.pcie_d2h.value * 1e3:.1f} ms out; all-CPU update of 5e9 params "
-            f"{50 * t_cpu / 1e6:.3f} s.\n\n"
+            f"{state / m.pcie_d2h.value * 1e3:.1f} ms out; all-CPU update of {all_cpu_params} params "
+            f"{m.ngpus() * 50 * t_cpu / 1e6:.3f} s.\n\n"
         )
         # The 1b preset (n = 1024 tokens, d = 2048, F = 8192, H = 16, hd = 128, V = 50304).
         fc1 = 2 * 1024 * 2048 * 8192
