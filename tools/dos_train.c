@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "config.h"
 #include "dos.h"
 #include "timeline.h"
 #include "train.h"
@@ -42,6 +44,38 @@ static const char *shipped_path(const char *rel, const char *installed, char *bu
 	}
 	return installed;
 }
+
+/* ---- one voice: rank 0 reports the job ----------------------------------------------- */
+
+#if DOS_SMPI
+/* Under SMPI every simulated rank runs in this one process and shares its stdout, which a
+ * rank that does not report therefore cannot send to /dev/null as a real rank does: its
+ * lines are dropped here instead (SMPI gives each rank its own copy of this flag). */
+static int stdout_silenced;
+
+static int rank_printf(const char *format, ...)
+{
+	if (stdout_silenced)
+		return 0;
+	va_list ap;
+	va_start(ap, format);
+	int n = vprintf(format, ap);
+	va_end(ap);
+	return n;
+}
+#define printf rank_printf
+
+static int silence_stdout(void)
+{
+	stdout_silenced = 1;
+	return 1;
+}
+#else
+static int silence_stdout(void)
+{
+	return freopen("/dev/null", "w", stdout) != NULL;
+}
+#endif
 
 /* ---- --simulate: a machine of sched/machines/ under StarPU's SimGrid variant ---------- */
 
@@ -414,7 +448,11 @@ static void print_rank_share(const struct dos_train_config *cfg, uint64_t params
 	dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, (uint32_t)((params + size - 1) / size), &first, &end);
 	dos_dp_owned_params(&cfg->dp, cfg->dp.rank, params, size, &begin, &mine);
 	char host[256] = "?";
+#if DOS_SMPI
+	snprintf(host, sizeof host, "simulated node %d", cfg->dp.rank);
+#else
 	gethostname(host, sizeof host - 1);
+#endif
 	printf("dos-train: rank %d of %d on %s (%u CPU + %u CUDA workers): subgroups [%u, %u), optimizer state "
 	       "%.1f MiB of %.1f MiB (%.3f of it)\n",
 	       cfg->dp.rank, cfg->dp.nranks, host, ncpu, ncuda, first, end, 12.0 * mine / 1048576,
@@ -493,7 +531,7 @@ int main(int argc, char **argv)
 	else
 		conf.sched_policy_name = policy;
 	/* under mpirun or srun: a data-parallel job over StarPU-MPI, one rank per process */
-	int err, launched = !simulate && dos_dp_launched();
+	int err, launched = dos_dp_launched() && (!simulate || dos_dp_available());
 	if (launched && !dos_dp_available()) {
 		fprintf(stderr, "dos-train: launched by mpirun or srun, but built without StarPU-MPI: each process "
 				"would train alone; rebuild with MPI (configure --with-mpi)\n");
@@ -565,7 +603,7 @@ int main(int argc, char **argv)
 	unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
 	if (ranks > 1) /* before the job's header, which rank 0 prints */
 		print_rank_share(&cfg, params, ncpu, ncuda, &binding);
-	if (!reporter && !freopen("/dev/null", "w", stdout)) /* rank 0 reports the job */
+	if (!reporter && !silence_stdout()) /* rank 0 reports the job */
 		quiet = 1;
 	printf("dos-train: %s model (V %u, hidden %u, heads %u, FFN %u, layers %u, seq %u): %.3g M parameters, "
 	       "%llu subgroups of %llu\n",
