@@ -148,8 +148,9 @@ void dos_dp_barrier(void)
 
 /* Through StarPU-MPI like every other message: MPI is initialised for one thread at a
  * time (MPI_THREAD_SERIALIZED; SMPI: MPI_THREAD_SINGLE), and StarPU-MPI's progress thread
- * is the one that talks. */
-double dos_dp_sum(double x)
+ * is the one that talks. Rank 0 combines the values in rank order (a sum, or the largest
+ * when `largest`) and sends the result back. */
+static double combine_over_ranks(double x, int largest)
 {
 	if (!mpi_running)
 		return x;
@@ -166,7 +167,7 @@ double dos_dp_sum(double x)
 			STARPU_CHECK_RETURN_VALUE(starpu_mpi_recv(h, r, up, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
 						  "starpu_mpi_recv");
 			starpu_data_acquire(h, STARPU_R);
-			sum += value;
+			sum = largest ? (value > sum ? value : sum) : sum + value;
 			starpu_data_release(h);
 		}
 		starpu_data_acquire(h, STARPU_W);
@@ -181,6 +182,16 @@ double dos_dp_sum(double x)
 	}
 	starpu_data_unregister(h); /* brings the value home */
 	return value;
+}
+
+double dos_dp_sum(double x)
+{
+	return combine_over_ranks(x, 0);
+}
+
+double dos_dp_max(double x)
+{
+	return combine_over_ranks(x, 1);
 }
 
 void dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
@@ -219,6 +230,11 @@ void dos_dp_barrier(void)
 }
 
 double dos_dp_sum(double x)
+{
+	return x;
+}
+
+double dos_dp_max(double x)
 {
 	return x;
 }

@@ -43,7 +43,7 @@ enum dos_dp_message {
 	DOS_DP_STATS,           /* index: subgroup */
 	DOS_DP_WEIGHTS,         /* index: subgroup */
 	DOS_DP_LOSS,            /* index: micro-batch of the global batch, and the step's parity */
-	DOS_DP_SUM,             /* dos_dp_sum: 0 towards rank 0, 1 back */
+	DOS_DP_SUM,             /* dos_dp_sum, dos_dp_max: 0 towards rank 0, 1 back */
 	DOS_DP_EVAL_LOSS,       /* index: held-out micro-batch, and the step's parity */
 };
 
@@ -76,6 +76,8 @@ void dos_dp_barrier(void);
 /* Sum of x over the ranks in rank order, the same on every rank (agreements on errors,
  * reports); every rank must call it at the same point. */
 double dos_dp_sum(double x);
+/* The largest x over the ranks, the same on every rank; called like dos_dp_sum. */
+double dos_dp_max(double x);
 
 /* Detached, ordered like a task reading (send) or writing (receive) the handle. */
 void dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index);

@@ -173,6 +173,11 @@ struct accounting {
 	 * operations), by worker type: 0 CPU, 1 CUDA */
 	double product_flops[2], product_seconds[2];
 	struct intervals backward, updates;
+	/* per step of this run ([steps]): the latest end of a backward task, and the latest
+	 * moment an update's inputs were all there (its subgroup's summed gradient, on the
+	 * rank that owns it): the gradient tail lies between the two */
+	double *backward_end, *gradient_ready;
+	uint64_t steps;
 	struct dos_timeline *timeline;
 };
 
@@ -238,7 +243,14 @@ struct watched {
 	void *callback_arg;
 	int record_interval; /* a task of the first OVERLAP_STEPS steps of this run */
 	double flops;        /* a matrix product's floating-point operations, else 0 */
+	uint64_t step;       /* of this run, 0-based */
 };
+
+static void record_latest(double *at, uint64_t step, uint64_t steps, double t)
+{
+	if (at && step < steps && t > at[step])
+		at[step] = t;
+}
 
 static void account_task(void *arg)
 {
@@ -258,10 +270,15 @@ static void account_task(void *arg)
 			w->acc->product_flops[on_gpu] += w->flops;
 			w->acc->product_seconds[on_gpu] += seconds;
 		}
-		if (phase == PHASE_BACKWARD)
+		if (phase == PHASE_BACKWARD) {
 			if (w->record_interval)
 				intervals_add(&w->acc->backward, start, end);
+			record_latest(w->acc->backward_end, w->step, w->acc->steps, end);
+		}
 		if (task->cl && !strcmp(task->cl->name, "dos_adam")) {
+			/* pushed to the scheduler once its last input (the gradient) was there */
+			record_latest(w->acc->gradient_ready, w->step, w->acc->steps,
+				      starpu_timing_timespec_to_us(&info->push_start_time));
 			if (w->record_interval)
 				intervals_add(&w->acc->updates, start, end);
 			if (starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER)
@@ -287,8 +304,14 @@ static void watch_task(void *arg, struct starpu_task *task)
 	if (name && !strcmp(name, "dos_embed_fwd"))
 		acc->microbatches_submitted++;
 	if (w) {
-		*w = (struct watched){acc, task->callback_func, task->callback_arg,
-				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation, 0};
+		/* the embedding forward of this task's micro-batch is counted: its step follows */
+		uint64_t step = acc->microbatches_submitted ? (acc->microbatches_submitted - 1) / acc->accumulation : 0;
+		*w = (struct watched){acc,
+				      task->callback_func,
+				      task->callback_arg,
+				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation,
+				      0,
+				      step};
 		/* the products' perfmodels regress on their operation count (codelets/model.c):
 		 * the same count gives their rate */
 		enum phase phase = phase_of(name ? name : "");
@@ -393,6 +416,27 @@ static void print_steady_iteration(struct progress *pr, const char *clock)
 	printf("summary: steady iteration %.3f%s s (median of the %llu intervals between consecutive steps' "
 	       "losses; the first %.3f s)\n",
 	       bench_median(pr->loss_at, (int)(n - 1)), clock, (unsigned long long)(n - 1), first);
+}
+
+/* The gradient tail of each step: from the end of the job's last backward task to the
+ * moment the last update of the job had its gradient (reduced over the ranks, on the rank
+ * that owns its subgroup): what the reduction adds after backward. The median over the
+ * steps after the first, as the steady iteration. Every rank calls it (the maxima are
+ * over the ranks); prints nothing under 2 steps. */
+static void print_gradient_tail(const struct accounting *acc, uint64_t steps, const char *clock)
+{
+	double *tail = malloc((steps ? steps : 1) * sizeof *tail);
+	uint64_t n = 0;
+	for (uint64_t k = 0; k < steps; k++) {
+		double backward_end = dos_dp_max(acc->backward_end[k]), ready = dos_dp_max(acc->gradient_ready[k]);
+		if (tail && backward_end > 0 && ready > 0)
+			tail[n++] = (ready - backward_end) * 1e-6;
+	}
+	if (n >= 2)
+		printf("summary: gradient tail %.3f%s s (median of the %llu steps after the first, from the end of the "
+		       "last backward task to the last update's reduced gradient on its owner; the first %.3f s)\n",
+		       bench_median(tail + 1, (int)(n - 1)), clock, (unsigned long long)(n - 1), tail[0]);
+	free(tail);
 }
 
 /* ---- files: the default corpus, --dump (the options are train_options.c's) ------------- */
@@ -572,6 +616,9 @@ int main(int argc, char **argv)
 	}
 
 	struct accounting acc = {.lock = PTHREAD_MUTEX_INITIALIZER, .accumulation = cfg.accumulation};
+	acc.backward_end = calloc(cfg.steps, sizeof *acc.backward_end);
+	acc.gradient_ready = calloc(cfg.steps, sizeof *acc.gradient_ready);
+	acc.steps = acc.backward_end && acc.gradient_ready ? cfg.steps : 0; /* a statistic: none without memory */
 	starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
 	if (plot && (err = dos_timeline_create(&acc.timeline))) {
 		fprintf(stderr, "dos-train: --plot: cannot record the timeline (%d)\n", err);
@@ -678,6 +725,7 @@ int main(int argc, char **argv)
 			       opts.cfg.eval_fraction);
 	}
 	print_steady_iteration(&pr, clock);
+	print_gradient_tail(&acc, steps_run < acc.steps ? steps_run : acc.steps, clock);
 	free(pr.loss_at);
 	printf("summary: task time by phase (summed over workers):");
 	for (int p = 0; p < PHASE_COUNT; p++)
@@ -709,6 +757,8 @@ int main(int argc, char **argv)
 		status = 1;
 	dos_timeline_destroy(acc.timeline);
 	free(acc.backward.at);
+	free(acc.backward_end);
+	free(acc.gradient_ready);
 	free(acc.updates.at);
 	free(out.master);
 	free(out.m);
