@@ -151,7 +151,8 @@ for round in $(seq 1 "$rounds"); do
 	sleep "$(awk -v r="$round" -v k="$rounds" 'BEGIN {printf "%.3f", 1.0 + 2.0 * r / k}')"
 	pkill -9 -f "dos-train.*$ck" 2>/dev/null
 	wait
-	ls "$ck"/checkpoint-*.dos >/dev/null 2>&1 || continue # killed before the first save
+	# killed before the first checkpoint (a manifest: shards alone are not one)
+	ls "$ck" | grep -qE '^checkpoint-[0-9]+\.dos$' || continue
 	ranks 2 --preset tiny --steps $steps --quiet --accumulate 1 --checkpoint-dir "$ck" --resume \
 		--dump "$work/killed.bin" >"$work/log" 2>&1 || fail "round $round: resuming failed: $(cat "$work/log")"
 	cmp -s "$work/straight.bin" "$work/killed.bin" || fail "round $round: resumed state differs after SIGKILL"
