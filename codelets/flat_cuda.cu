@@ -17,13 +17,13 @@ static unsigned blocks_for(uint64_t n)
 	return (unsigned)(b < 4096 ? (b ? b : 1) : 4096);
 }
 
-extern "C" cudaError_t _dos_flat_copy_cuda(void *destination, const void *const *sources,
+extern "C" cudaError_t _dos_flat_copy_cuda(void *const *destinations, const void *const *sources,
 					   const struct dos_flat_copy_args *args, cudaStream_t stream)
 {
 	size_t dst_size = dos_dtype_size(args->destination_dtype), src_size = dos_dtype_size(args->source_dtype);
 	for (uint32_t k = 0; k < args->npieces; k++) {
 		const struct dos_flat_piece *p = &args->pieces[k];
-		char *dst = (char *)destination + p->destination_offset * dst_size;
+		char *dst = (char *)destinations[p->destination] + p->destination_offset * dst_size;
 		const char *src = (const char *)sources[p->source] + p->source_offset * src_size;
 		if (args->source_dtype == args->destination_dtype) {
 			cudaError_t err =

@@ -26,9 +26,22 @@
 
 #include "rank_binding.h"
 
+/* How a step's gradients and weights travel between the ranks (docs/data-parallel.md). */
+enum dos_dp_exchange {
+	/* gradients summed along the chain 0 -> 1 -> ... -> N-1 in global micro-batch order:
+	 * the same bits as one process accumulating the global batch, but the last gradient
+	 * reaches its owner N hops after backward; each owner sends its weights to every rank */
+	DOS_DP_CHAIN = 0,
+	/* scatter.h: each rank sums one chunk of every subgroup, in rank order, and passes one
+	 * chunk of every owner's weights on: what follows backward does not grow with N, but
+	 * the bits depend on N */
+	DOS_DP_SCATTER,
+};
+
 /* This process's place in the job. {0, 0} and {0, 1} both mean a single process. */
 struct dos_data_parallel {
 	int rank, nranks;
+	enum dos_dp_exchange exchange;
 };
 
 static inline int dos_dp_size(const struct dos_data_parallel *dp)
@@ -45,6 +58,9 @@ enum dos_dp_message {
 	DOS_DP_LOSS,            /* index: micro-batch of the global batch, and the step's parity */
 	DOS_DP_SUM,             /* dos_dp_sum, dos_dp_max: 0 towards rank 0, 1 back */
 	DOS_DP_EVAL_LOSS,       /* index: held-out micro-batch, and the step's parity */
+	DOS_DP_GRAD_CHUNK,      /* scatter: a rank's partial gradient; index: subgroup x N + chunk */
+	DOS_DP_GRAD_SUM,        /* scatter: a chunk's summed gradient, to the owner; the same index */
+	DOS_DP_WEIGHT_CHUNK,    /* scatter: a chunk of the owner's updated weights; the same index */
 };
 
 /* The subgroups [*first, *end) that `rank` owns: contiguous blocks as equal as possible, so

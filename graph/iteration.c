@@ -10,8 +10,9 @@
 #include "flat.h"
 #include "host_memory.h"
 #include "iteration.h"
+#include "scatter.h"
 
-static void submit_task(struct dos_optimizer *opt, struct starpu_task *task)
+void dos_optimizer_submit_task(struct dos_optimizer *opt, struct starpu_task *task)
 {
 	task->sched_ctx = opt->cfg.sched_ctx;
 	if (opt->hook)
@@ -65,6 +66,9 @@ int dos_optimizer_config_check(const struct dos_optimizer_config *c, uint64_t np
 		return DOS_FAIL(-EINVAL, "loss_scale_window = 0: dynamic loss scaling needs a window > 0");
 	if (c->dp.nranks < 0 || c->dp.rank < 0 || c->dp.rank >= dos_dp_size(&c->dp))
 		return DOS_FAIL(-EINVAL, "dp.rank = %d is not a rank of a job of %d", c->dp.rank, c->dp.nranks);
+	if (c->dp.exchange != DOS_DP_CHAIN && c->dp.exchange != DOS_DP_SCATTER)
+		return DOS_FAIL(-EINVAL, "dp.exchange = %d is neither DOS_DP_CHAIN (%d) nor DOS_DP_SCATTER (%d)",
+				(int)c->dp.exchange, DOS_DP_CHAIN, DOS_DP_SCATTER);
 	if (dos_dp_size(&c->dp) > 1 && !dos_dp_available())
 		return DOS_FAIL(-EINVAL, "dp.nranks = %d: this starpu-dos was built without StarPU-MPI", c->dp.nranks);
 	return 0;
@@ -180,6 +184,11 @@ int dos_optimizer_create(struct dos_optimizer *out, const struct dos_optimizer_c
 	for (size_t f = 0; f < 2 * (size_t)N; f++)
 		starpu_variable_data_register(&opt->nonfinite_h[f], STARPU_MAIN_RAM, (uintptr_t)&opt->nonfinite[f],
 					      sizeof *opt->nonfinite);
+	if (dos_dp_size(&cfg->dp) > 1 && cfg->dp.exchange == DOS_DP_SCATTER &&
+	    (err = dos_scatter_create(&opt->scatter, opt))) {
+		dos_optimizer_destroy(opt);
+		return err;
+	}
 	*out = o;
 	return 0;
 no_memory:
@@ -191,6 +200,7 @@ void dos_optimizer_destroy(struct dos_optimizer *opt)
 {
 	if (!opt)
 		return;
+	dos_scatter_destroy(opt->scatter);
 	starpu_data_handle_t *arrays[] = {opt->master_h, opt->m_h,        opt->v_h,
 					  opt->grad_h,   opt->weight16_h, opt->stats_h};
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) {
@@ -209,12 +219,6 @@ void dos_optimizer_destroy(struct dos_optimizer *opt)
 	*opt = (struct dos_optimizer){0};
 }
 
-/* What subgroup s's refresh reads: its 16-bit weights, or in fp32 its master weights. */
-static starpu_data_handle_t updated_weights(const struct dos_optimizer *opt, uint32_t s)
-{
-	return opt->cfg.weight_dtype != DOS_FP32 ? opt->weight16_h[s] : opt->master_h[s];
-}
-
 /* Subgroup s's gradient from the tensor gradients its pieces lie in. */
 static void submit_gather(struct dos_optimizer *opt, uint32_t s)
 {
@@ -231,12 +235,13 @@ static void submit_gather(struct dos_optimizer *opt, uint32_t s)
 						    .len = p->len};
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, opt->cfg.tensor_grad_dtype,
-					     count, pieces, count, opt->cfg.sched_ctx, &task);
+	int err =
+		_dos_flat_copy_task_create(&opt->grad_h[s], 1, opt->cfg.grad_dtype, sources, opt->cfg.tensor_grad_dtype,
+					   count, pieces, count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
-	submit_task(opt, task);
+	dos_optimizer_submit_task(opt, task);
 }
 
 /* Tensor t's working weights from the subgroups its pieces lie in. */
@@ -248,29 +253,34 @@ static void submit_refresh(struct dos_optimizer *opt, uint32_t t)
 	struct dos_flat_piece pieces[count];
 	for (uint32_t k = 0; k < count; k++) {
 		const struct dos_piece *p = &map->pieces[first + k];
-		sources[k] = updated_weights(opt, p->subgroup);
+		sources[k] = dos_optimizer_updated_weights(opt, p->subgroup);
 		pieces[k] = (struct dos_flat_piece){.source = k,
 						    .source_offset = p->subgroup_offset,
 						    .destination_offset = p->tensor_offset,
 						    .len = p->len};
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(opt->tensor_weight[t], opt->cfg.tensor_dtype, sources,
+	int err = _dos_flat_copy_task_create(&opt->tensor_weight[t], 1, opt->cfg.tensor_dtype, sources,
 					     opt->cfg.weight_dtype, count, pieces, count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the weight refresh of tensor %u", t);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
-	submit_task(opt, task);
+	dos_optimizer_submit_task(opt, task);
 }
 
 /* Every subgroup's gradient where its state is: one process gathers them all; in a
  * data-parallel job the last rank of the gradient chain holds the summed tensor gradients,
- * gathers every subgroup and sends each to its owner. */
+ * gathers every subgroup and sends each to its owner (or the ranks reduce the chunks of
+ * every subgroup: scatter.h). */
 static void submit_gradients(struct dos_optimizer *opt)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
 	int last = dos_dp_size(dp) - 1;
+	if (opt->scatter) {
+		dos_scatter_submit_gradients(opt);
+		return;
+	}
 	for (uint32_t s = 0; s < N; s++) {
 		int owner = dos_dp_owner(dp, N, s);
 		if (dp->rank == last) {
@@ -287,14 +297,18 @@ static void exchange_weights(struct dos_optimizer *opt)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
+	if (opt->scatter) {
+		dos_scatter_submit_weights(opt);
+		return;
+	}
 	for (uint32_t s = 0; s < N; s++) {
 		int owner = dos_dp_owner(dp, N, s);
 		if (owner != dp->rank)
-			dos_dp_recv(updated_weights(opt, s), owner, DOS_DP_WEIGHTS, s);
+			dos_dp_recv(dos_optimizer_updated_weights(opt, s), owner, DOS_DP_WEIGHTS, s);
 		else
 			for (int r = 0; r < dos_dp_size(dp); r++)
 				if (r != owner)
-					dos_dp_send(updated_weights(opt, s), r, DOS_DP_WEIGHTS, s);
+					dos_dp_send(dos_optimizer_updated_weights(opt, s), r, DOS_DP_WEIGHTS, s);
 	}
 }
 
@@ -310,7 +324,9 @@ static void drop_consumed(struct dos_optimizer *opt, int applied)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
-	int gathers = dp->rank == dos_dp_size(dp) - 1;
+	int gathers = dp->rank == dos_dp_size(dp) - 1 && !opt->scatter;
+	if (opt->scatter)
+		dos_scatter_drop(opt);
 	for (uint32_t s = 0; s < N; s++) {
 		if (gathers || dos_dp_owner(dp, N, s) == dp->rank)
 			starpu_data_invalidate_submit(opt->grad_h[s]);
@@ -335,7 +351,7 @@ static int global_stats(struct dos_optimizer *opt, double *sum_sq, uint32_t *ove
 		int err = dos_grad_stats_task_create(opt->grad_h[s], opt->cfg.grad_dtype, opt->stats_h[s], &task);
 		if (err)
 			return err;
-		submit_task(opt, task);
+		dos_optimizer_submit_task(opt, task);
 		for (int r = 0; r < dos_dp_size(dp); r++)
 			if (r != owner)
 				dos_dp_send(opt->stats_h[s], r, DOS_DP_STATS, s);
@@ -430,7 +446,7 @@ int dos_optimizer_submit_step(struct dos_optimizer *opt, struct dos_step_report 
 	opt->loss_scale = next_scale;
 	opt->good_steps = next_good_steps;
 	for (uint32_t s = opt->own_first; s < opt->own_end; s++)
-		submit_task(opt, updates[s]);
+		dos_optimizer_submit_task(opt, updates[s]);
 	free(updates);
 	opt->nonfinite_update[update % 2] = update;
 	report->update = update;
@@ -501,7 +517,7 @@ void dos_optimizer_rebuild_weights(struct dos_optimizer *opt)
 			int err = dos_cast_task_create(opt->master_h[s], opt->weight16_h[s], opt->cfg.weight_dtype,
 						       &task);
 			STARPU_ASSERT_MSG(err == 0, "casting subgroup %u's master weights: %d", s, err);
-			submit_task(opt, task);
+			dos_optimizer_submit_task(opt, task);
 		}
 	if (dos_dp_size(&opt->cfg.dp) > 1) /* each rank's, to the others */
 		exchange_weights(opt);

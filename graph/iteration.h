@@ -80,9 +80,19 @@ struct dos_optimizer {
 	double loss_scale;            /* 1 without dynamic loss scaling */
 	uint32_t good_steps;          /* since the last change of the scale */
 	int copies_on_gpu;            /* gathers and refreshes run on CUDA workers (there are some) */
+	struct dos_scatter *scatter;  /* the chunk handles of a DOS_DP_SCATTER job (scatter.h), else NULL */
 	dos_task_hook hook;
 	void *hook_arg;
 };
+
+/* What subgroup s's refresh reads: its 16-bit weights, or in fp32 its master weights. */
+static inline starpu_data_handle_t dos_optimizer_updated_weights(const struct dos_optimizer *opt, uint32_t s)
+{
+	return opt->cfg.weight_dtype != DOS_FP32 ? opt->weight16_h[s] : opt->master_h[s];
+}
+
+/* Submits one of the optimizer's tasks: in its scheduling context, through its hook. */
+void dos_optimizer_submit_task(struct dos_optimizer *opt, struct starpu_task *task);
 
 /* What one submitted step did. */
 struct dos_step_report {

@@ -284,6 +284,7 @@ static int check_config(const struct dos_train_config *c)
 	/* the optimizer's own checks, before anything is loaded or allocated */
 	struct dos_optimizer_config oc = c->opt;
 	oc.sched_ctx = c->sched_ctx;
+	oc.dp = c->dp;
 	return dos_optimizer_config_check(&oc, dos_model_param_count(&c->shape, NULL));
 }
 
@@ -342,6 +343,7 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		return DOS_FAIL(-EINVAL, "accumulation = %u micro-batches on each of %d ranks: too many per step",
 				cfg->accumulation, ranks);
 	uint32_t A = cfg->accumulation * (uint32_t)ranks, first_mb = cfg->accumulation * (uint32_t)dp->rank;
+	int chain = dp->exchange == DOS_DP_CHAIN; /* else each rank's gradients are its own (scatter.h) */
 	/* the loss handles of the step being read and the step being submitted; on the heap,
 	 * as up to 2^20 micro-batches per step would overflow the stack */
 	starpu_data_handle_t *loss_slots = calloc(2 * (size_t)A, sizeof *loss_slots);
@@ -446,8 +448,9 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 		/* the loss gradient carries 1/(tokens * A) (a mean over the step's tokens) and
 		 * the loss scale */
 		float grad_scale = (float)(opt.loss_scale / ((double)tokens * A));
-		/* the sum of the gradients of the micro-batches before ours, which ours add to */
-		if (first_mb > 0)
+		/* the sum of the gradients of the micro-batches before ours, which ours add to
+		 * (the chain; scattered, each rank's sum starts from its own micro-batches) */
+		if (chain && first_mb > 0)
 			for (uint32_t t = 0; t < model.ntensors; t++)
 				dos_dp_recv(model.grad[t], dp->rank - 1, DOS_DP_TENSOR_GRAD, t);
 		for (uint32_t g = 0; g < A && !err; g++) {
@@ -463,13 +466,14 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 			if ((err = dos_corpus_next_batch(&corpus, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx,
 							 &ids, &targets)))
 				break;
-			if ((err = dos_model_submit_microbatch(&model, ids, targets, grad_scale, g > 0, &loss)))
+			if ((err = dos_model_submit_microbatch(&model, ids, targets, grad_scale,
+							       g > (chain ? 0 : first_mb), &loss)))
 				break;
 			deliver_loss(loss, reporter, &p->loss[g], DOS_DP_LOSS, loss_tag);
 		}
 		if (err)
 			break;
-		if (first_mb + cfg->accumulation < A)
+		if (chain && first_mb + cfg->accumulation < A)
 			for (uint32_t t = 0; t < model.ntensors; t++)
 				dos_dp_send(model.grad[t], dp->rank + 1, DOS_DP_TENSOR_GRAD, t);
 		p->step = k + 1;

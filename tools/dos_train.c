@@ -418,23 +418,25 @@ static void print_steady_iteration(struct progress *pr, const char *clock)
 	       bench_median(pr->loss_at, (int)(n - 1)), clock, (unsigned long long)(n - 1), first);
 }
 
-/* The gradient tail of each step: from the end of the job's last backward task to the
- * moment the last update of the job had its gradient (reduced over the ranks, on the rank
- * that owns its subgroup): what the reduction adds after backward. The median over the
- * steps after the first, as the steady iteration. Every rank calls it (the maxima are
+/* The gradient tail of each step: from the end of backward to the moment the last update
+ * of the job had its gradient (reduced over the ranks, on the rank that owns its
+ * subgroup): what the reduction adds after backward. The end of backward is the first
+ * rank's: every rank computes the same, but along the chain a rank's last backward tasks
+ * wait for the previous rank's gradients, which is the tail itself. The median over the
+ * steps after the first, as the steady iteration. Every rank calls it (the extremes are
  * over the ranks); prints nothing under 2 steps. */
 static void print_gradient_tail(const struct accounting *acc, uint64_t steps, const char *clock)
 {
 	double *tail = malloc((steps ? steps : 1) * sizeof *tail);
 	uint64_t n = 0;
 	for (uint64_t k = 0; k < steps; k++) {
-		double backward_end = dos_dp_max(acc->backward_end[k]), ready = dos_dp_max(acc->gradient_ready[k]);
+		double backward_end = -dos_dp_max(-acc->backward_end[k]), ready = dos_dp_max(acc->gradient_ready[k]);
 		if (tail && backward_end > 0 && ready > 0)
 			tail[n++] = (ready - backward_end) * 1e-6;
 	}
 	if (n >= 2)
 		printf("summary: gradient tail %.3f%s s (median of the %llu steps after the first, from the end of the "
-		       "last backward task to the last update's reduced gradient on its owner; the first %.3f s)\n",
+		       "first rank's backward to the last update's reduced gradient on its owner; the first %.3f s)\n",
 		       bench_median(tail + 1, (int)(n - 1)), clock, (unsigned long long)(n - 1), tail[0]);
 	free(tail);
 }
@@ -660,7 +662,10 @@ int main(int argc, char **argv)
 	       (unsigned long long)cfg.opt.subgroup_size);
 	printf("dos-train: %llu steps of %u x %u sequences%s, %s, policy %s, %u CPU + %u CUDA workers, data %s\n",
 	       (unsigned long long)cfg.steps, cfg.accumulation * ranks, cfg.micro_batch,
-	       ranks > 1 ? " (the global batch)" : "", precision, effective, ncpu, ncuda, cfg.data_path);
+	       ranks == 1                          ? ""
+	       : cfg.dp.exchange == DOS_DP_SCATTER ? " (the global batch, exchanged by scatter)"
+						   : " (the global batch, exchanged by chain)",
+	       precision, effective, ncpu, ncuda, cfg.data_path);
 	/* what mixed precision saves: 16-bit activations are half of fp32's */
 	uint64_t act_bytes = dos_model_activation_bytes(&cfg.shape, cfg.micro_batch, cfg.opt.weight_dtype,
 							cfg.checkpoint_activations);

@@ -589,6 +589,13 @@ MODEL_CODELETS = [
         "slice of a large tensor",
     ),
     ModelCodelet(
+        "dos_grad_sum",
+        BYTES,
+        BANDWIDTH,
+        "the sum and the ranks' partial gradients of one chunk of a subgroup (a data-parallel job's scatter "
+        "exchange; CPU only: the CUDA part is never used)",
+    ),
+    ModelCodelet(
         "dos_batch",
         BYTES,
         BANDWIDTH,
