@@ -1,7 +1,8 @@
 /* The Adam/AdamW subgroup update codelet: its CPU and CUDA implementations, perfmodel and
- * task creator. Buffers: master, m, v (fp32, RW), grad (R), optionally the 16-bit working
- * weights (W), and optionally a uint32_t flag (W) receiving the non-finite bits of what
- * the update wrote; so the codelet has a variable number of buffers (4 to 6). */
+ * task creator. Buffers (enum _dos_adam_buffer): master, m, v (fp32, RW), grad (R),
+ * optionally the 16-bit working weights (W), and optionally a uint32_t flag (W) receiving
+ * the non-finite bits of what the update wrote; so the codelet has a variable number of
+ * buffers (4 to 6). */
 #include <errno.h>
 #include <math.h>
 
@@ -17,33 +18,43 @@ struct adam_args {
 	struct dos_adam_step step;
 	enum dos_dtype grad_dtype;
 	enum dos_dtype weight_dtype;
-	uint32_t has_weight16; /* buffer 4 */
-	uint32_t has_flag;     /* the buffer after the last array (dos_adam_task_report_nonfinite) */
+	uint32_t has_weight16; /* buffer DOS_ADAM_BUF_WEIGHT16 */
+	uint32_t has_flag;     /* the buffer after the step data (dos_adam_task_report_nonfinite) */
 };
+
+/* Where a task with these arguments has its flag: right after its step data. */
+static int flag_buffer(const struct adam_args *a)
+{
+	return DOS_ADAM_BUF_WEIGHT16 + (int)a->has_weight16;
+}
 
 static void adam_cpu(void *buffers[], void *cl_arg)
 {
 	const struct adam_args *a = cl_arg;
 	uint32_t nonfinite = _dos_cpu_kernels_selected()->adam(
-		&a->step, (float *)STARPU_VECTOR_GET_PTR(buffers[0]), (float *)STARPU_VECTOR_GET_PTR(buffers[1]),
-		(float *)STARPU_VECTOR_GET_PTR(buffers[2]), (const void *)STARPU_VECTOR_GET_PTR(buffers[3]),
-		a->grad_dtype, a->has_weight16 ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL, a->weight_dtype,
-		STARPU_VECTOR_GET_NX(buffers[0]));
+		&a->step, (float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_MASTER]),
+		(float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_M]),
+		(float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_V]),
+		(const void *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_GRAD]), a->grad_dtype,
+		a->has_weight16 ? (void *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_WEIGHT16]) : NULL, a->weight_dtype,
+		STARPU_VECTOR_GET_NX(buffers[DOS_ADAM_BUF_MASTER]));
 	if (a->has_flag)
-		*(uint32_t *)STARPU_VARIABLE_GET_PTR(buffers[4 + a->has_weight16]) = nonfinite;
+		*(uint32_t *)STARPU_VARIABLE_GET_PTR(buffers[flag_buffer(a)]) = nonfinite;
 }
 
 #ifdef DOS_USE_CUDA
 static void adam_cuda(void *buffers[], void *cl_arg)
 {
 	const struct adam_args *a = cl_arg;
-	DOS_CUDA_CHECK(_dos_adam_cuda(
-		&a->step, (float *)STARPU_VECTOR_GET_PTR(buffers[0]), (float *)STARPU_VECTOR_GET_PTR(buffers[1]),
-		(float *)STARPU_VECTOR_GET_PTR(buffers[2]), (const void *)STARPU_VECTOR_GET_PTR(buffers[3]),
-		a->grad_dtype, a->has_weight16 ? (void *)STARPU_VECTOR_GET_PTR(buffers[4]) : NULL, a->weight_dtype,
-		STARPU_VECTOR_GET_NX(buffers[0]),
-		a->has_flag ? (uint32_t *)STARPU_VARIABLE_GET_PTR(buffers[4 + a->has_weight16]) : NULL,
-		starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(
+		_dos_adam_cuda(&a->step, (float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_MASTER]),
+			       (float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_M]),
+			       (float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_V]),
+			       (const void *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_GRAD]), a->grad_dtype,
+			       a->has_weight16 ? (void *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_WEIGHT16]) : NULL,
+			       a->weight_dtype, STARPU_VECTOR_GET_NX(buffers[DOS_ADAM_BUF_MASTER]),
+			       a->has_flag ? (uint32_t *)STARPU_VARIABLE_GET_PTR(buffers[flag_buffer(a)]) : NULL,
+			       starpu_cuda_get_local_stream()));
 }
 #endif
 
@@ -86,9 +97,17 @@ int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t 
 			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,
 			 starpu_data_handle_t weight16, enum dos_dtype weight_dtype, struct starpu_task **task_out)
 {
-	static const char *const names[] = {"master", "m", "v", "grad", "weight16"};
-	starpu_data_handle_t handles[] = {master, m, v, grad, weight16};
-	uint32_t n[5] = {0};
+	static const char *const names[] = {[DOS_ADAM_BUF_MASTER] = "master",
+					    [DOS_ADAM_BUF_M] = "m",
+					    [DOS_ADAM_BUF_V] = "v",
+					    [DOS_ADAM_BUF_GRAD] = "grad",
+					    [DOS_ADAM_BUF_WEIGHT16] = "weight16"};
+	starpu_data_handle_t handles[] = {[DOS_ADAM_BUF_MASTER] = master,
+					  [DOS_ADAM_BUF_M] = m,
+					  [DOS_ADAM_BUF_V] = v,
+					  [DOS_ADAM_BUF_GRAD] = grad,
+					  [DOS_ADAM_BUF_WEIGHT16] = weight16};
+	uint32_t n[DOS_ADAM_BUF_WEIGHT16 + 1] = {0};
 	int err;
 	if (!task_out)
 		return DOS_FAIL(-EINVAL, "task_out is NULL");
@@ -100,16 +119,18 @@ int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t 
 		return err;
 	if (weight16 && (err = _dos_check_dtype(__func__, "weight_dtype", weight_dtype, 1)))
 		return err;
-	for (int i = 0; i < 5; i++) {
-		size_t elemsize = i < 3 ? sizeof(float) : dos_dtype_size(i == 3 ? grad_dtype : weight_dtype);
-		if (i == 4 && !weight16)
-			break;
+	int nbuffers = weight16 ? DOS_ADAM_BUF_WEIGHT16 + 1 : DOS_ADAM_BUF_WEIGHT16;
+	for (int i = 0; i < nbuffers; i++) {
+		size_t elemsize = i < DOS_ADAM_STATE_BUFFERS ? sizeof(float)
+				  : i == DOS_ADAM_BUF_GRAD   ? dos_dtype_size(grad_dtype)
+							     : dos_dtype_size(weight_dtype);
 		if ((err = _dos_check_vector(__func__, names[i], handles[i], elemsize, &n[i])))
 			return err;
-		if (n[i] != n[0])
-			return DOS_FAIL(-EINVAL, "%s has %u elements but master has %u", names[i], n[i], n[0]);
+		if (n[i] != n[DOS_ADAM_BUF_MASTER])
+			return DOS_FAIL(-EINVAL, "%s has %u elements but master has %u", names[i], n[i],
+					n[DOS_ADAM_BUF_MASTER]);
 	}
-	if ((err = _dos_check_distinct(__func__, handles, names, 5)))
+	if ((err = _dos_check_distinct(__func__, handles, names, DOS_ADAM_BUF_WEIGHT16 + 1)))
 		return err;
 
 	struct adam_args args = {.step = *step,
@@ -119,9 +140,13 @@ int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t 
 	struct starpu_task *task = _dos_task_with_args(__func__, &_dos_adam_codelet, &args, sizeof args);
 	if (!task)
 		return -ENOMEM;
-	static const enum starpu_data_access_mode modes[] = {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_R, STARPU_W};
-	task->nbuffers = weight16 ? 5 : 4;
-	for (int i = 0; i < task->nbuffers; i++) {
+	static const enum starpu_data_access_mode modes[] = {[DOS_ADAM_BUF_MASTER] = STARPU_RW,
+							     [DOS_ADAM_BUF_M] = STARPU_RW,
+							     [DOS_ADAM_BUF_V] = STARPU_RW,
+							     [DOS_ADAM_BUF_GRAD] = STARPU_R,
+							     [DOS_ADAM_BUF_WEIGHT16] = STARPU_W};
+	task->nbuffers = nbuffers;
+	for (int i = 0; i < nbuffers; i++) {
 		task->handles[i] = handles[i];
 		task->modes[i] = modes[i];
 	}
@@ -149,6 +174,7 @@ int dos_adam_task_report_nonfinite(struct starpu_task *task, starpu_data_handle_
 	if (starpu_variable_get_elemsize(flag) != sizeof(uint32_t))
 		return DOS_FAIL(-EINVAL, "flag must be a variable handle of 4 bytes (uint32_t), not %zu",
 				starpu_variable_get_elemsize(flag));
+	STARPU_ASSERT(task->nbuffers == flag_buffer(a));
 	task->handles[task->nbuffers] = flag;
 	task->modes[task->nbuffers] = STARPU_W;
 	task->nbuffers++;
@@ -165,6 +191,19 @@ int _dos_adam_task_info(const struct starpu_task *task, uint64_t *step, enum dos
 	*step = a->step.step;
 	*grad_dtype = a->grad_dtype;
 	*weight_dtype = a->has_weight16 ? a->weight_dtype : DOS_FP32;
-	*params = starpu_vector_get_nx(STARPU_TASK_GET_HANDLE(task, 0));
+	*params = starpu_vector_get_nx(STARPU_TASK_GET_HANDLE(task, DOS_ADAM_BUF_MASTER));
 	return 0;
+}
+
+int _dos_adam_step_data_end(const struct starpu_task *task)
+{
+	STARPU_ASSERT(task && task->cl == &_dos_adam_codelet && task->cl_arg);
+	return flag_buffer(task->cl_arg);
+}
+
+int _dos_adam_flag_buffer(const struct starpu_task *task)
+{
+	STARPU_ASSERT(task && task->cl == &_dos_adam_codelet && task->cl_arg);
+	const struct adam_args *a = task->cl_arg;
+	return a->has_flag ? flag_buffer(a) : -1;
 }

@@ -1,5 +1,6 @@
 /* CUDA side of flat_kernels.h: one grid-stride launch per piece (a copy task has a handful
  * of pieces: one per tensor or subgroup it straddles). */
+#include "cuda_grid.h"
 #include "flat_kernels.h"
 #include "numerics.h"
 
@@ -9,12 +10,6 @@ static __global__ void flat_copy_piece(void *destination, enum dos_dtype dst_dty
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < len;
 	     i += (uint64_t)gridDim.x * blockDim.x)
 		dos_store_elem(destination, i, dst_dtype, dos_load_elem(source, i, src_dtype));
-}
-
-static unsigned blocks_for(uint64_t n)
-{
-	uint64_t b = (n + 255) / 256;
-	return (unsigned)(b < 4096 ? (b ? b : 1) : 4096);
 }
 
 extern "C" cudaError_t _dos_flat_copy_cuda(void *const *destinations, const void *const *sources,
@@ -32,8 +27,8 @@ extern "C" cudaError_t _dos_flat_copy_cuda(void *const *destinations, const void
 				return err;
 			continue;
 		}
-		flat_copy_piece<<<blocks_for(p->len), 256, 0, stream>>>(dst, args->destination_dtype, src,
-									args->source_dtype, p->len);
+		flat_copy_piece<<<_dos_cuda_blocks_for(p->len, 256), 256, 0, stream>>>(dst, args->destination_dtype,
+										       src, args->source_dtype, p->len);
 		cudaError_t err = cudaGetLastError();
 		if (err != cudaSuccess)
 			return err;

@@ -4,17 +4,16 @@
  * returned; none synchronises. */
 #include <cuda_runtime.h>
 
+#include "cuda_grid.h"
 #include "kernels.h"
 #include "numerics.h"
 
 static const int threads_per_block = 256;
-/* Grid-stride loops: enough blocks to fill any current GPU several times over. */
-static const size_t max_blocks = 8192;
 
+/* Every kernel below loops grid-stride over a grid capped by DOS_CUDA_MAX_BLOCKS. */
 static unsigned blocks_for(size_t work_items)
 {
-	size_t b = (work_items + threads_per_block - 1) / threads_per_block;
-	return (unsigned)(b < max_blocks ? (b ? b : 1) : max_blocks);
+	return _dos_cuda_blocks_for(work_items, threads_per_block);
 }
 
 static bool aligned(const void *ptr, size_t bytes)

@@ -39,19 +39,17 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "cuda_grid.h"
 #include "model_kernels.h"
 #include "numerics.h"
 
 static const int threads_per_block = 256;
 static const unsigned warp_size = 32;
 static const unsigned full_mask = 0xffffffffu;
-/* Grid-stride loops: enough blocks to fill any current GPU several times over. */
-static const size_t max_blocks = 8192;
 
 static unsigned blocks_for(size_t work_items)
 {
-	size_t b = (work_items + threads_per_block - 1) / threads_per_block;
-	return (unsigned)(b < max_blocks ? (b ? b : 1) : max_blocks);
+	return _dos_cuda_blocks_for(work_items, threads_per_block);
 }
 
 /* Blocks for one warp per row. */

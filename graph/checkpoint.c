@@ -581,8 +581,8 @@ static int give_path(const char *path, char *path_out, size_t path_size)
 	return 0;
 }
 
-int dos_checkpoint_save(const char *dir, const struct dos_checkpoint_meta *meta, const float *master, const float *m,
-			const float *v, unsigned keep, char *path_out, size_t path_size)
+int _dos_checkpoint_save(const char *dir, const struct dos_checkpoint_meta *meta, const float *master, const float *m,
+			 const float *v, unsigned keep, char *path_out, size_t path_size)
 {
 	int err = check_save_arguments(dir, meta, master, m, v);
 	if (err)
@@ -592,7 +592,7 @@ int dos_checkpoint_save(const char *dir, const struct dos_checkpoint_meta *meta,
 	if (meta->state_begin != 0 || state_len_of(meta) != meta->nparams)
 		return DOS_FAIL(-EINVAL,
 				"meta->state_begin = %" PRIu64 ", meta->state_len = %" PRIu64
-				": a whole checkpoint holds every parameter (a shard: dos_checkpoint_save_shard)",
+				": a whole checkpoint holds every parameter (a shard: _dos_checkpoint_save_shard)",
 				meta->state_begin, meta->state_len);
 	char name[64], path[PATH_MAX];
 	snprintf(name, sizeof name, "checkpoint-%" PRIu64 ".dos", meta->steps_done);
@@ -616,8 +616,8 @@ static void shard_name(char *name, size_t size, uint64_t steps_done, uint32_t sh
 	snprintf(name, size, "checkpoint-%" PRIu64 ".shard-%" PRIu32 "-of-%" PRIu32 ".dos", steps_done, shard, nshards);
 }
 
-int dos_checkpoint_save_shard(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t shard, uint32_t nshards,
-			      const float *master, const float *m, const float *v)
+int _dos_checkpoint_save_shard(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t shard,
+			       uint32_t nshards, const float *master, const float *m, const float *v)
 {
 	int err = check_save_arguments(dir, meta, master, m, v);
 	if (err)
@@ -683,8 +683,8 @@ static int write_manifest(int fd, const void *ctx)
 static int read_shard_header(const char *path, const struct dos_checkpoint_meta *expect, struct shard_entry *entry,
 			     unsigned char fixed[HEADER_FIXED]);
 
-int dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t nshards,
-				 unsigned keep, char *path_out, size_t path_size)
+int _dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t nshards,
+				  unsigned keep, char *path_out, size_t path_size)
 {
 	if (!dir || !meta)
 		return DOS_FAIL(-EINVAL, "%s is NULL", !dir ? "dir" : "meta");
@@ -1205,8 +1205,8 @@ static int check_load_arguments(const char *path, const struct dos_checkpoint_me
 	return 0;
 }
 
-int dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_meta *expect, uint64_t begin, uint64_t len,
-			      struct dos_checkpoint_meta *got, float *master, float *m, float *v)
+int _dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_meta *expect, uint64_t begin, uint64_t len,
+			       struct dos_checkpoint_meta *got, float *master, float *m, float *v)
 {
 	int err = check_load_arguments(path, expect, got);
 	if (err)
@@ -1308,20 +1308,20 @@ int dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_meta
 	return err;
 }
 
-int dos_checkpoint_load(const char *path, const struct dos_checkpoint_meta *expect, struct dos_checkpoint_meta *got,
-			float *master, float *m, float *v)
+int _dos_checkpoint_load(const char *path, const struct dos_checkpoint_meta *expect, struct dos_checkpoint_meta *got,
+			 float *master, float *m, float *v)
 {
 	int err = check_load_arguments(path, expect, got);
 	if (err)
 		return err;
 	if (!master || !m || !v)
 		return DOS_FAIL(-EINVAL, "%s is NULL", !master ? "master" : !m ? "m" : "v");
-	return dos_checkpoint_load_range(path, expect, 0, expect->nparams, got, master, m, v);
+	return _dos_checkpoint_load_range(path, expect, 0, expect->nparams, got, master, m, v);
 }
 
 /* ---- latest --------------------------------------------------------------------------- */
 
-int dos_checkpoint_latest(const char *dir, char *path, size_t path_size)
+int _dos_checkpoint_latest(const char *dir, char *path, size_t path_size)
 {
 	if (!dir)
 		return DOS_FAIL(-EINVAL, "dir is NULL");

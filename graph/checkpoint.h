@@ -47,8 +47,8 @@ struct dos_checkpoint_meta {
  * message in dos_last_error() naming the file and the failing operation: before the
  * rename the previous checkpoints are untouched; a failure after it (syncing the
  * directory, removing old files) leaves the new checkpoint in place and says so. */
-int dos_checkpoint_save(const char *dir, const struct dos_checkpoint_meta *meta, const float *master, const float *m,
-			const float *v, unsigned keep, char *path_out, size_t path_size);
+int _dos_checkpoint_save(const char *dir, const struct dos_checkpoint_meta *meta, const float *master, const float *m,
+			 const float *v, unsigned keep, char *path_out, size_t path_size);
 
 /* Reads the checkpoint at `path`. `expect` gives the layout the caller has (nparams,
  * subgroup_size, ntensors, numel, weight_dtype, grad_dtype); any difference is refused
@@ -60,35 +60,35 @@ int dos_checkpoint_save(const char *dir, const struct dos_checkpoint_meta *meta,
  * corrupted file (message says which section); on any error nothing is written, except
  * for -EIO "changed while being read" (the file changed between the verifying pass and
  * the reading pass), after which the arrays may be partly written. */
-int dos_checkpoint_load(const char *path, const struct dos_checkpoint_meta *expect, struct dos_checkpoint_meta *got,
-			float *master, float *m, float *v);
+int _dos_checkpoint_load(const char *path, const struct dos_checkpoint_meta *expect, struct dos_checkpoint_meta *got,
+			 float *master, float *m, float *v);
 
 /* A data-parallel job's checkpoint: each rank saves its shard (meta's state range, the
  * rank's share; steps_done, counters and layout the same on every rank) as
  * "checkpoint-<steps_done>.shard-<shard>-of-<nshards>.dos", atomically like a whole
- * checkpoint; once every shard is saved, one rank calls dos_checkpoint_save_manifest,
+ * checkpoint; once every shard is saved, one rank calls _dos_checkpoint_save_manifest,
  * which reads the shards' headers, checks that they tile the model, and writes the
  * manifest "checkpoint-<steps_done>.dos" atomically: from then on the checkpoint exists
  * (a crash before leaves the previous one the latest). It then deletes checkpoints beyond
  * the `keep` most recent, with their shards and shards of saves that never got a manifest.
- * Errors as dos_checkpoint_save's; -EINVAL when the shards do not tile the model. */
-int dos_checkpoint_save_shard(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t shard, uint32_t nshards,
-			      const float *master, const float *m, const float *v);
-int dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t nshards,
-				 unsigned keep, char *path_out, size_t path_size);
+ * Errors as _dos_checkpoint_save's; -EINVAL when the shards do not tile the model. */
+int _dos_checkpoint_save_shard(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t shard,
+			       uint32_t nshards, const float *master, const float *m, const float *v);
+int _dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t nshards,
+				  unsigned keep, char *path_out, size_t path_size);
 
 /* Loads the parameters [begin, begin + len) of the checkpoint at `path` (a whole one or a
  * manifest, whatever the number of shards: a job resumes on any number of ranks) into
  * master, m and v (len floats each; a NULL array is verified but not read), after
- * verifying every file involved as dos_checkpoint_load does. A manifest's shard that is
+ * verifying every file involved as _dos_checkpoint_load does. A manifest's shard that is
  * missing, damaged or not the one the manifest names is refused. got->state_begin and
  * got->state_len are the range loaded. */
-int dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_meta *expect, uint64_t begin, uint64_t len,
-			      struct dos_checkpoint_meta *got, float *master, float *m, float *v);
+int _dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_meta *expect, uint64_t begin, uint64_t len,
+			       struct dos_checkpoint_meta *got, float *master, float *m, float *v);
 
 /* The path of the most recent "checkpoint-<N>.dos" of `dir` (highest N) into path (size
  * path_size). Returns 0, -ENOENT when there is none, or a negative errno. Does not verify
- * it (dos_checkpoint_load does). */
-int dos_checkpoint_latest(const char *dir, char *path, size_t path_size);
+ * it (_dos_checkpoint_load does). */
+int _dos_checkpoint_latest(const char *dir, char *path, size_t path_size);
 
 #endif /* DOS_CHECKPOINT_H */

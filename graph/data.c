@@ -10,7 +10,7 @@
 #include "flat.h"
 #include "host_memory.h"
 
-int dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len, uint64_t seed)
+int _dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len, uint64_t seed)
 {
 	if (!out || !path)
 		return DOS_FAIL(-EINVAL, "NULL argument (corpus %p, path %p)", (void *)out, (const void *)path);
@@ -46,7 +46,7 @@ int dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len, 
 	struct dos_corpus c = {0};
 	char what[4200];
 	snprintf(what, sizeof what, "the data file %s", path);
-	int err = dos_host_alloc((void **)&c.bytes, (size_t)len, what, &c.pinned);
+	int err = _dos_host_alloc((void **)&c.bytes, (size_t)len, what, &c.pinned);
 	if (err) {
 		fclose(f);
 		return err;
@@ -55,7 +55,7 @@ int dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len, 
 	int read_error = ferror(f);
 	fclose(f);
 	if (got != (size_t)len || read_error) {
-		dos_host_free(c.bytes, (size_t)len, c.pinned);
+		_dos_host_free(c.bytes, (size_t)len, c.pinned);
 		return DOS_FAIL(-EIO, "short read of the data file %s (%zu of %llu bytes)", path, got,
 				(unsigned long long)len);
 	}
@@ -66,40 +66,48 @@ int dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len, 
 	return 0;
 }
 
-void dos_corpus_free(struct dos_corpus *c)
+void _dos_corpus_free(struct dos_corpus *c)
 {
 	if (!c || !c->bytes)
 		return;
 	starpu_data_unregister(c->handle);
-	dos_host_free(c->bytes, c->len, c->pinned);
+	_dos_host_free(c->bytes, c->len, c->pinned);
 	*c = (struct dos_corpus){0};
 }
 
 /* Registers the ids and targets of the sequences starting at starts[0 .. nseq) and submits
- * the task that fills them (it frees starts). */
+ * the task that fills them, in `phase` (it frees starts). */
 static int submit_batch(struct dos_corpus *c, uint64_t *starts, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
-			starpu_data_handle_t *ids, starpu_data_handle_t *targets)
+			enum _dos_task_phase phase, starpu_data_handle_t *ids, starpu_data_handle_t *targets)
 {
 	uint32_t n = nseq * seq_len;
 	starpu_vector_data_register(ids, -1, 0, n, sizeof(int32_t));
 	starpu_vector_data_register(targets, -1, 0, n, sizeof(int32_t));
-	int err = starpu_task_insert(&_dos_batch_codelet, STARPU_R, c->handle, STARPU_W, *ids, STARPU_W, *targets,
-				     STARPU_CL_ARGS, starts, nseq * sizeof *starts, STARPU_SCHED_CTX, sched_ctx, 0);
+	struct starpu_task *task =
+		starpu_task_build(&_dos_batch_codelet, STARPU_R, c->handle, STARPU_W, *ids, STARPU_W, *targets,
+				  STARPU_CL_ARGS, starts, nseq * sizeof *starts, STARPU_SCHED_CTX, sched_ctx, 0);
+	if (!task)
+		return DOS_FAIL(-ENOMEM, "no memory for the batch task");
+	if (c->hook)
+		c->hook(c->hook_arg, task, phase, DOS_NO_SUBGROUP);
+	int err = starpu_task_submit(task);
+	if (err)
+		starpu_task_destroy(task);
 	return err ? DOS_FAIL(err, "submitting the batch task failed (%d)", err) : 0;
 }
 
-int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
-			  starpu_data_handle_t *ids, starpu_data_handle_t *targets)
+int _dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
+			   starpu_data_handle_t *ids, starpu_data_handle_t *targets)
 {
 	uint64_t *starts = malloc(nseq * sizeof *starts);
 	if (!starts)
 		return DOS_FAIL(-ENOMEM, "no memory for %u batch offsets", nseq);
 	for (uint32_t s = 0; s < nseq; s++)
-		starts[s] = dos_splitmix64(&c->rng) % (c->train_len - seq_len);
-	return submit_batch(c, starts, nseq, seq_len, sched_ctx, ids, targets);
+		starts[s] = _dos_splitmix64(&c->rng) % (c->train_len - seq_len);
+	return submit_batch(c, starts, nseq, seq_len, sched_ctx, DOS_TASK_DATA, ids, targets);
 }
 
-int dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len, uint32_t *eval_batches)
+int _dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len, uint32_t *eval_batches)
 {
 	if (!(fraction > 0 && fraction <= 0.5))
 		return DOS_FAIL(-EINVAL, "eval_fraction = %g must be in (0, 0.5]", fraction);
@@ -117,19 +125,19 @@ int dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, ui
 	return 0;
 }
 
-int dos_corpus_eval_batch(struct dos_corpus *c, uint32_t index, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
-			  starpu_data_handle_t *ids, starpu_data_handle_t *targets)
+int _dos_corpus_eval_batch(struct dos_corpus *c, uint32_t index, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
+			   starpu_data_handle_t *ids, starpu_data_handle_t *targets)
 {
 	uint64_t *starts = malloc(nseq * sizeof *starts);
 	if (!starts)
 		return DOS_FAIL(-ENOMEM, "no memory for %u batch offsets", nseq);
 	for (uint32_t s = 0; s < nseq; s++)
 		starts[s] = c->train_len + ((uint64_t)index * nseq + s) * seq_len;
-	return submit_batch(c, starts, nseq, seq_len, sched_ctx, ids, targets);
+	return submit_batch(c, starts, nseq, seq_len, sched_ctx, DOS_TASK_EVALUATION, ids, targets);
 }
 
-void dos_corpus_skip_batch(struct dos_corpus *c, uint32_t nseq)
+void _dos_corpus_skip_batch(struct dos_corpus *c, uint32_t nseq)
 {
 	for (uint32_t s = 0; s < nseq; s++)
-		(void)dos_splitmix64(&c->rng);
+		(void)_dos_splitmix64(&c->rng);
 }

@@ -7,8 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "phase.h"
+
 /* splitmix64: the generator of docs/model.md, for weights and batches alike. */
-static inline uint64_t dos_splitmix64(uint64_t *state)
+static inline uint64_t _dos_splitmix64(uint64_t *state)
 {
 	uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -19,29 +21,33 @@ static inline uint64_t dos_splitmix64(uint64_t *state)
 #define DOS_DATA_SEED_MIX 0xD1B54A32D192ED03ull
 
 struct dos_corpus {
-	uint8_t *bytes; /* from dos_host_alloc (pinned when CUDA workers exist and it can be) */
+	uint8_t *bytes; /* from _dos_host_alloc (pinned when CUDA workers exist and it can be) */
 	int pinned;
 	uint64_t len;
 	/* training batches come from bytes [0, train_len); [train_len, len) is held out for
-	 * evaluation (dos_corpus_hold_out; train_len = len without) */
+	 * evaluation (_dos_corpus_hold_out; train_len = len without) */
 	uint64_t train_len;
 	starpu_data_handle_t handle; /* the bytes as a vector of uint8, home in main memory */
 	uint64_t rng;                /* batch-order generator */
+	/* optional: every batch task, before its submission (phase.h): a training
+	 * micro-batch's in DOS_TASK_DATA, a held-out one's in DOS_TASK_EVALUATION */
+	_dos_task_hook hook;
+	void *hook_arg;
 };
 
 /* Reads `path` (after starpu_init) and registers it. Errors: -EINVAL for NULL arguments,
  * seq_len 0, a file shorter than seq_len + 1 or longer than 2^32 - 1 bytes (the message
  * names the file and the sizes), -EISDIR for a directory, -errno when it cannot be read
  * (the message names the file), -ENOMEM. *c is left untouched then. */
-int dos_corpus_load(struct dos_corpus *c, const char *path, uint32_t seq_len, uint64_t seed);
-void dos_corpus_free(struct dos_corpus *c);
+int _dos_corpus_load(struct dos_corpus *c, const char *path, uint32_t seq_len, uint64_t seed);
+void _dos_corpus_free(struct dos_corpus *c);
 
 /* Draws the next micro-batch of `nseq` sequences of `seq_len` tokens: returns registered
  * ids and targets handles (int32, no home: StarPU allocates them where they are used) and
  * submits the task that fills them. The caller unregisters them (submit) after their last
  * use. Returns 0 or a negative errno. */
-int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
-			  starpu_data_handle_t *ids, starpu_data_handle_t *targets);
+int _dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
+			   starpu_data_handle_t *ids, starpu_data_handle_t *targets);
 
 /* Holds out the last `fraction` of the corpus (in (0, 0.5]) for evaluation: training
  * batches are drawn from the rest from now on (another order than without a held-out
@@ -49,15 +55,16 @@ int dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len,
  * `seq_len` tokens the held-out part holds, side by side. Errors: -EINVAL naming the
  * fraction when it is out of range, or leaves fewer than seq_len + 1 bytes for training
  * or fewer than nseq sequences held out (the message names the sizes); *c unchanged. */
-int dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len, uint32_t *eval_batches);
+int _dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len,
+			 uint32_t *eval_batches);
 
-/* Like dos_corpus_next_batch, the held-out micro-batch `index` (< dos_corpus_hold_out's
+/* Like _dos_corpus_next_batch, the held-out micro-batch `index` (< _dos_corpus_hold_out's
  * count): the same tokens every time, without touching the batch order. */
-int dos_corpus_eval_batch(struct dos_corpus *c, uint32_t index, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
-			  starpu_data_handle_t *ids, starpu_data_handle_t *targets);
+int _dos_corpus_eval_batch(struct dos_corpus *c, uint32_t index, uint32_t nseq, uint32_t seq_len, unsigned sched_ctx,
+			   starpu_data_handle_t *ids, starpu_data_handle_t *targets);
 
 /* Advances the batch order past a micro-batch of `nseq` sequences another rank of a
  * data-parallel job draws: every rank keeps the same generator state. */
-void dos_corpus_skip_batch(struct dos_corpus *c, uint32_t nseq);
+void _dos_corpus_skip_batch(struct dos_corpus *c, uint32_t nseq);
 
 #endif /* DOS_DATA_H */

@@ -11,38 +11,38 @@
 #include <starpu_mpi.h>
 #endif
 
-void dos_dp_owned_subgroups(const struct dos_data_parallel *dp, int rank, uint32_t nsubgroups, uint32_t *first,
-			    uint32_t *end)
+void _dos_dp_owned_subgroups(const struct dos_data_parallel *dp, int rank, uint32_t nsubgroups, uint32_t *first,
+			     uint32_t *end)
 {
-	uint64_t n = (uint64_t)dos_dp_size(dp);
+	uint64_t n = (uint64_t)_dos_dp_size(dp);
 	*first = (uint32_t)((uint64_t)rank * nsubgroups / n);
 	*end = (uint32_t)((uint64_t)(rank + 1) * nsubgroups / n);
 }
 
-void dos_dp_owned_params(const struct dos_data_parallel *dp, int rank, uint64_t nparams, uint64_t subgroup_size,
-			 uint64_t *begin, uint64_t *len)
+void _dos_dp_owned_params(const struct dos_data_parallel *dp, int rank, uint64_t nparams, uint64_t subgroup_size,
+			  uint64_t *begin, uint64_t *len)
 {
 	uint32_t nsubgroups = (uint32_t)((nparams + subgroup_size - 1) / subgroup_size), first, end;
-	dos_dp_owned_subgroups(dp, rank, nsubgroups, &first, &end);
+	_dos_dp_owned_subgroups(dp, rank, nsubgroups, &first, &end);
 	*begin = (uint64_t)first * subgroup_size;
 	*len = end > first ? (end == nsubgroups ? nparams : (uint64_t)end * subgroup_size) - *begin : 0;
 }
 
-int dos_dp_owner(const struct dos_data_parallel *dp, uint32_t nsubgroups, uint32_t subgroup)
+int _dos_dp_owner(const struct dos_data_parallel *dp, uint32_t nsubgroups, uint32_t subgroup)
 {
 	/* the largest rank whose block starts at or before the subgroup (blocks may be empty
 	 * when there are fewer subgroups than ranks) */
-	int n = dos_dp_size(dp);
+	int n = _dos_dp_size(dp);
 	int r = (int)(((uint64_t)subgroup * n + n - 1) / nsubgroups);
 	for (;; r--) {
 		uint32_t first, end;
-		dos_dp_owned_subgroups(dp, r, nsubgroups, &first, &end);
+		_dos_dp_owned_subgroups(dp, r, nsubgroups, &first, &end);
 		if (first <= subgroup && subgroup < end)
 			return r;
 	}
 }
 
-int dos_dp_launched(void)
+int _dos_dp_launched(void)
 {
 #if DOS_SMPI
 	return 1; /* built for SMPI: every run is a rank of starpu_smpirun, even alone */
@@ -64,10 +64,10 @@ static int64_t message_tag(enum dos_dp_message kind, uint64_t index)
 
 #if DOS_HAVE_MPI
 
-/* dos_dp_init ran: MPI is there (the collectives are no-ops in a single process) */
+/* _dos_dp_init ran: MPI is there (the collectives are no-ops in a single process) */
 static int mpi_running;
 
-int dos_dp_available(void)
+int _dos_dp_available(void)
 {
 	return 1;
 }
@@ -103,7 +103,7 @@ static int init_mpi_and_bind(int *argc, char ***argv, struct starpu_conf *conf, 
 		MPI_Comm_size(node, &local_size);
 		MPI_Comm_free(&node);
 	}
-	if ((err = dos_bind_rank(local_rank, local_size, conf, binding)))
+	if ((err = _dos_bind_rank(local_rank, local_size, conf, binding)))
 		MPI_Finalize();
 	return err;
 }
@@ -114,8 +114,8 @@ static void finalize_mpi(void)
 }
 #endif
 
-int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
-		struct dos_rank_binding *binding)
+int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
+		 struct dos_rank_binding *binding)
 {
 	int err = init_mpi_and_bind(argc, argv, conf, binding);
 	if (err)
@@ -131,7 +131,7 @@ int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_da
 	return 0;
 }
 
-void dos_dp_shutdown(void)
+void _dos_dp_shutdown(void)
 {
 	mpi_running = 0;
 	starpu_mpi_wait_for_all(MPI_COMM_WORLD);
@@ -140,7 +140,7 @@ void dos_dp_shutdown(void)
 	finalize_mpi();
 }
 
-void dos_dp_barrier(void)
+void _dos_dp_barrier(void)
 {
 	if (mpi_running)
 		starpu_mpi_barrier(MPI_COMM_WORLD);
@@ -184,24 +184,24 @@ static double combine_over_ranks(double x, int largest)
 	return value;
 }
 
-double dos_dp_sum(double x)
+double _dos_dp_sum(double x)
 {
 	return combine_over_ranks(x, 0);
 }
 
-double dos_dp_max(double x)
+double _dos_dp_max(double x)
 {
 	return combine_over_ranks(x, 1);
 }
 
-void dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
+void _dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
 {
 	int err = starpu_mpi_isend_detached(h, to, message_tag(kind, index), MPI_COMM_WORLD, NULL, NULL);
 	/* a refused transfer leaves a half-built step that cannot be undone: a bug */
 	STARPU_ASSERT_MSG(err == 0, "StarPU-MPI refused a send to rank %d (%d)", to, err);
 }
 
-void dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
+void _dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
 {
 	int err = starpu_mpi_irecv_detached(h, from, message_tag(kind, index), MPI_COMM_WORLD, NULL, NULL);
 	STARPU_ASSERT_MSG(err == 0, "StarPU-MPI refused a receive from rank %d (%d)", from, err);
@@ -209,46 +209,46 @@ void dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uin
 
 #else /* a single process: nothing is ever sent */
 
-int dos_dp_available(void)
+int _dos_dp_available(void)
 {
 	return 0;
 }
 
-int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
-		struct dos_rank_binding *binding)
+int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
+		 struct dos_rank_binding *binding)
 {
 	(void)argc, (void)argv, (void)conf, (void)dp, (void)binding;
 	return DOS_FAIL(-ENOSYS, "this starpu-dos was built without StarPU-MPI: no data-parallel runs");
 }
 
-void dos_dp_shutdown(void)
+void _dos_dp_shutdown(void)
 {
 }
 
-void dos_dp_barrier(void)
+void _dos_dp_barrier(void)
 {
 }
 
-double dos_dp_sum(double x)
-{
-	return x;
-}
-
-double dos_dp_max(double x)
+double _dos_dp_sum(double x)
 {
 	return x;
 }
 
-void dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
+double _dos_dp_max(double x)
+{
+	return x;
+}
+
+void _dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
 {
 	(void)h, (void)to, (void)message_tag(kind, index);
-	STARPU_ABORT_MSG("dos_dp_send in a single-process build");
+	STARPU_ABORT_MSG("_dos_dp_send in a single-process build");
 }
 
-void dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
+void _dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
 {
 	(void)h, (void)from, (void)message_tag(kind, index);
-	STARPU_ABORT_MSG("dos_dp_recv in a single-process build");
+	STARPU_ABORT_MSG("_dos_dp_recv in a single-process build");
 }
 
 #endif

@@ -44,7 +44,7 @@ struct dos_data_parallel {
 	enum dos_dp_exchange exchange;
 };
 
-static inline int dos_dp_size(const struct dos_data_parallel *dp)
+static inline int _dos_dp_size(const struct dos_data_parallel *dp)
 {
 	return dp->nranks > 1 ? dp->nranks : 1;
 }
@@ -56,7 +56,7 @@ enum dos_dp_message {
 	DOS_DP_STATS,           /* index: subgroup */
 	DOS_DP_WEIGHTS,         /* index: subgroup */
 	DOS_DP_LOSS,            /* index: micro-batch of the global batch, and the step's parity */
-	DOS_DP_SUM,             /* dos_dp_sum, dos_dp_max: 0 towards rank 0, 1 back */
+	DOS_DP_SUM,             /* _dos_dp_sum, _dos_dp_max: 0 towards rank 0, 1 back */
 	DOS_DP_EVAL_LOSS,       /* index: held-out micro-batch, and the step's parity */
 	DOS_DP_GRAD_CHUNK,      /* scatter: a rank's partial gradient; index: subgroup x N + chunk */
 	DOS_DP_GRAD_SUM,        /* scatter: a chunk's summed gradient, to the owner; the same index */
@@ -65,38 +65,38 @@ enum dos_dp_message {
 
 /* The subgroups [*first, *end) that `rank` owns: contiguous blocks as equal as possible, so
  * that a rank's state is one range of the flat parameter space (one checkpoint shard). */
-void dos_dp_owned_subgroups(const struct dos_data_parallel *dp, int rank, uint32_t nsubgroups, uint32_t *first,
-			    uint32_t *end);
-int dos_dp_owner(const struct dos_data_parallel *dp, uint32_t nsubgroups, uint32_t subgroup);
+void _dos_dp_owned_subgroups(const struct dos_data_parallel *dp, int rank, uint32_t nsubgroups, uint32_t *first,
+			     uint32_t *end);
+int _dos_dp_owner(const struct dos_data_parallel *dp, uint32_t nsubgroups, uint32_t subgroup);
 /* The parameters [*begin, *begin + *len) whose state `rank` keeps, for `nparams`
  * parameters in subgroups of `subgroup_size` (the last one possibly shorter); *len is 0
  * for a rank that owns no subgroup. */
-void dos_dp_owned_params(const struct dos_data_parallel *dp, int rank, uint64_t nparams, uint64_t subgroup_size,
-			 uint64_t *begin, uint64_t *len);
+void _dos_dp_owned_params(const struct dos_data_parallel *dp, int rank, uint64_t nparams, uint64_t subgroup_size,
+			  uint64_t *begin, uint64_t *len);
 
 /* 1 when this library was built with StarPU-MPI. */
-int dos_dp_available(void);
+int _dos_dp_available(void);
 
 /* Launched by mpirun or srun (the launcher's environment names a job of any size)? */
-int dos_dp_launched(void);
+int _dos_dp_launched(void);
 
-/* MPI, this rank's binding on its node (dos_bind_rank: its GPU and the cores nearest it),
+/* MPI, this rank's binding on its node (_dos_bind_rank: its GPU and the cores nearest it),
  * then starpu_mpi_init_conf; this process's rank and job size into *dp. Returns 0,
  * -ENOSYS without StarPU-MPI, or the failing step's error. */
-int dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
-		struct dos_rank_binding *binding);
+int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
+		 struct dos_rank_binding *binding);
 /* Waits for every transfer, then starpu_mpi_shutdown and MPI_Finalize. */
-void dos_dp_shutdown(void);
+void _dos_dp_shutdown(void);
 /* Every rank reaches this point before any goes on. */
-void dos_dp_barrier(void);
+void _dos_dp_barrier(void);
 /* Sum of x over the ranks in rank order, the same on every rank (agreements on errors,
  * reports); every rank must call it at the same point. */
-double dos_dp_sum(double x);
-/* The largest x over the ranks, the same on every rank; called like dos_dp_sum. */
-double dos_dp_max(double x);
+double _dos_dp_sum(double x);
+/* The largest x over the ranks, the same on every rank; called like _dos_dp_sum. */
+double _dos_dp_max(double x);
 
 /* Detached, ordered like a task reading (send) or writing (receive) the handle. */
-void dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index);
-void dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index);
+void _dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index);
+void _dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index);
 
 #endif /* DOS_DATA_PARALLEL_H */

@@ -16,7 +16,7 @@
 /* simulated pinning costs time in the simulation; folding keeps real memory small */
 #define SIMULATED_FLAGS (STARPU_MALLOC_PINNED | STARPU_MALLOC_SIMULATION_FOLDED)
 
-int dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned)
+int _dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned)
 {
 	/* StarPU's own host copies too (handles registered without a home: the gradients
 	 * a rank sends, data written back from the GPU): real memory for a 7B model's
@@ -33,7 +33,7 @@ int dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned)
 	return 0;
 }
 
-void dos_host_free(void *ptr, size_t bytes, int pinned)
+void _dos_host_free(void *ptr, size_t bytes, int pinned)
 {
 	(void)pinned;
 	if (ptr)
@@ -42,7 +42,7 @@ void dos_host_free(void *ptr, size_t bytes, int pinned)
 #else
 static atomic_int pageable_said;
 
-int dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned)
+int _dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned)
 {
 	void *p = NULL;
 	long page = sysconf(_SC_PAGESIZE);
@@ -67,7 +67,7 @@ int dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned)
 	return 0;
 }
 
-void dos_host_free(void *ptr, size_t bytes, int pinned)
+void _dos_host_free(void *ptr, size_t bytes, int pinned)
 {
 	if (!ptr)
 		return;

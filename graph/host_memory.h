@@ -21,10 +21,10 @@
 #endif
 
 /* Allocates `bytes` (page-aligned) for `what`, which names the array in messages. Sets
- * *pinned to tell dos_host_free how it was made. Returns 0, or -ENOMEM with a message
+ * *pinned to tell _dos_host_free how it was made. Returns 0, or -ENOMEM with a message
  * naming `what` and `bytes`, leaving *ptr untouched. Call after starpu_init. */
-int dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned);
-/* Frees what dos_host_alloc made (nothing for NULL). Call before starpu_shutdown. */
-void dos_host_free(void *ptr, size_t bytes, int pinned);
+int _dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned);
+/* Frees what _dos_host_alloc made (nothing for NULL). Call before starpu_shutdown. */
+void _dos_host_free(void *ptr, size_t bytes, int pinned);
 
 #endif /* DOS_HOST_MEMORY_H */

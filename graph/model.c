@@ -17,7 +17,7 @@
 #include "model_codelets.h"
 #include "numerics.h"
 
-int dos_model_shape_check(const struct dos_model_shape *s)
+int _dos_model_shape_check(const struct dos_model_shape *s)
 {
 	if (!s)
 		return DOS_FAIL(-EINVAL, "shape is NULL");
@@ -50,7 +50,7 @@ int dos_model_shape_check(const struct dos_model_shape *s)
 	return 0;
 }
 
-uint64_t dos_model_param_count(const struct dos_model_shape *s, uint64_t *numel)
+uint64_t _dos_model_param_count(const struct dos_model_shape *s, uint64_t *numel)
 {
 	uint64_t d = s->hidden, F = s->ffn, V = s->vocab, T = s->seq_len;
 	uint64_t layer[DOS_T_PER_LAYER] = {[DOS_T_LN1] = d, [DOS_T_QKV] = 3 * d * d, [DOS_T_O] = d * d,
@@ -84,11 +84,11 @@ static int is_norm_weight(const struct dos_model_shape *s, uint32_t t)
 	return k == DOS_T_LN1 || k == DOS_T_LN2;
 }
 
-void dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, float *flat)
+void _dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, float *flat)
 {
 	uint32_t ntensors = DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers + 2;
 	uint64_t numel[ntensors];
-	dos_model_param_count(s, numel);
+	_dos_model_param_count(s, numel);
 	const float amplitude = (float)(0.02 * sqrt(3.0)); /* uniform with std 0.02 */
 	uint64_t rng = seed;
 	for (uint32_t t = 0; t < ntensors; t++) {
@@ -97,7 +97,7 @@ void dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, floa
 				*flat++ = 1.0f;
 				continue;
 			}
-			float u = (float)(dos_splitmix64(&rng) >> 40) * 0x1.0p-24f;
+			float u = (float)(_dos_splitmix64(&rng) >> 40) * 0x1.0p-24f;
 			*flat++ = (2.0f * u - 1.0f) * amplitude;
 		}
 	}
@@ -108,22 +108,22 @@ void dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, floa
 static int init_weights(struct dos_model *m, uint64_t seed)
 {
 	if (m->dtype == DOS_FP32) {
-		dos_model_init_weights(&m->shape, seed, m->weights);
+		_dos_model_init_weights(&m->shape, seed, m->weights);
 		return 0;
 	}
 	float *flat = malloc(m->nparams * sizeof(float));
 	if (!flat)
 		return DOS_FAIL(-ENOMEM, "no memory for the %llu fp32 initial weights to round to %s",
 				(unsigned long long)m->nparams, dos_dtype_name(m->dtype));
-	dos_model_init_weights(&m->shape, seed, flat);
+	_dos_model_init_weights(&m->shape, seed, flat);
 	for (uint64_t i = 0; i < m->nparams; i++)
 		dos_store_elem(m->weights, i, m->dtype, flat[i]);
 	free(flat);
 	return 0;
 }
 
-uint64_t dos_model_activation_bytes(const struct dos_model_shape *s, uint32_t batch, enum dos_dtype dtype,
-				    int checkpoint_activations)
+uint64_t _dos_model_activation_bytes(const struct dos_model_shape *s, uint32_t batch, enum dos_dtype dtype,
+				     int checkpoint_activations)
 {
 	uint64_t n = (uint64_t)batch * s->seq_len, d = s->hidden, F = s->ffn, V = s->vocab;
 	/* elements of the model dtype: what one layer's backward needs from its forward
@@ -138,13 +138,13 @@ uint64_t dos_model_activation_bytes(const struct dos_model_shape *s, uint32_t ba
 	return dos_dtype_size(dtype) * (saved + head + transients) + 4 * (saved_rows + 2 * n);
 }
 
-int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
-		     enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx)
+int _dos_model_create(struct dos_model *out, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
+		      enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx)
 {
 	int err;
 	if (!out)
 		return DOS_FAIL(-EINVAL, "model is NULL");
-	if ((err = dos_model_shape_check(shape)))
+	if ((err = _dos_model_shape_check(shape)))
 		return err;
 	if (batch == 0)
 		return DOS_FAIL(-EINVAL, "micro-batch = 0 sequences");
@@ -176,14 +176,14 @@ int dos_model_create(struct dos_model *out, const struct dos_model_shape *shape,
 		err = DOS_FAIL(-ENOMEM, "no memory for the tables of %u tensors", m->ntensors);
 		goto fail;
 	}
-	m->nparams = dos_model_param_count(shape, m->numel);
+	m->nparams = _dos_model_param_count(shape, m->numel);
 	const size_t es = dos_dtype_size(dtype);
 	char what[64];
 	snprintf(what, sizeof what, "the model's %s working weights", dos_dtype_name(dtype));
-	if ((err = dos_host_alloc(&m->weights, m->nparams * es, what, &m->weights_pinned)))
+	if ((err = _dos_host_alloc(&m->weights, m->nparams * es, what, &m->weights_pinned)))
 		goto fail;
 	if (DOS_VALUES_ARE_REAL && (err = init_weights(m, seed))) {
-		dos_host_free(m->weights, m->nparams * es, m->weights_pinned);
+		_dos_host_free(m->weights, m->nparams * es, m->weights_pinned);
 		goto fail;
 	}
 	/* as in real training, forward and backward run on the GPU when there is one */
@@ -206,7 +206,7 @@ fail:
 	return err;
 }
 
-void dos_model_destroy(struct dos_model *m)
+void _dos_model_destroy(struct dos_model *m)
 {
 	if (!m || !m->numel)
 		return;
@@ -214,7 +214,7 @@ void dos_model_destroy(struct dos_model *m)
 		starpu_data_unregister(m->weight[t]);
 		starpu_data_unregister(m->grad[t]);
 	}
-	dos_host_free(m->weights, m->nparams * dos_dtype_size(m->dtype), m->weights_pinned);
+	_dos_host_free(m->weights, m->nparams * dos_dtype_size(m->dtype), m->weights_pinned);
 	free(m->numel);
 	free(m->weight);
 	free(m->grad);
@@ -229,17 +229,24 @@ struct buffer {
 };
 
 /* A product's codelet for the model's dtype: the 16-bit compute ones keep perfmodels of
- * their own (codelets/model.c). */
+ * their own (codelets/model_codelets.c). */
 static struct starpu_codelet *product(const struct dos_model *m, struct starpu_codelet *fp32,
 				      struct starpu_codelet *sixteen)
 {
 	return m->dtype == DOS_FP32 ? fp32 : sixteen;
 }
 
-/* One task of `cl` over `buffers` with a private copy of `args`. Submission errors abort:
- * they mean a broken graph (a bug), and a half-submitted iteration cannot be undone. */
-static void submit(struct dos_model *m, struct starpu_codelet *cl, const struct _dos_model_args *args,
-		   const struct buffer *buffers, int nbuffers)
+/* The phase of the forward tasks being submitted: a training forward, or an evaluation. */
+static enum _dos_task_phase forward_phase(const struct dos_model *m)
+{
+	return m->evaluating ? DOS_TASK_EVALUATION : DOS_TASK_FORWARD;
+}
+
+/* One task of `cl` in `phase` over `buffers` with a private copy of `args`. Submission
+ * errors abort: they mean a broken graph (a bug), and a half-submitted iteration cannot be
+ * undone. */
+static void submit(struct dos_model *m, enum _dos_task_phase phase, struct starpu_codelet *cl,
+		   const struct _dos_model_args *args, const struct buffer *buffers, int nbuffers)
 {
 	struct starpu_task *task = starpu_task_create();
 	struct _dos_model_args *copy = malloc(sizeof *copy);
@@ -263,7 +270,7 @@ static void submit(struct dos_model *m, struct starpu_codelet *cl, const struct 
 		task->modes[i] = buffers[i].mode;
 	}
 	if (m->hook)
-		m->hook(m->hook_arg, task);
+		m->hook(m->hook_arg, task, phase, DOS_NO_SUBGROUP);
 	int err = starpu_task_submit(task);
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", cl->name, err);
 }
@@ -303,7 +310,8 @@ static void linear_fwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_
 {
 	struct _dos_model_args a = {.n = n, .d = in, .out = out};
 	struct buffer b[] = {{x, STARPU_R}, {w, STARPU_R}, {y, STARPU_W}, {residual, STARPU_R}};
-	submit(m, product(m, &_dos_linear_fwd_codelet, &_dos_linear_fwd16_codelet), &a, b, residual ? 4 : 3);
+	submit(m, forward_phase(m), product(m, &_dos_linear_fwd_codelet, &_dos_linear_fwd16_codelet), &a, b,
+	       residual ? 4 : 3);
 }
 
 /* dx (+)= dy w and dw (+)= dy^T x for y = x w^T. */
@@ -313,10 +321,12 @@ static void linear_bwd(struct dos_model *m, starpu_data_handle_t dy, starpu_data
 {
 	struct _dos_model_args a = {.n = n, .d = in, .out = out, .accumulate = accumulate_dx};
 	struct buffer bd[] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, out_mode(accumulate_dx)}};
-	submit(m, product(m, &_dos_linear_bwd_data_codelet, &_dos_linear_bwd_data16_codelet), &a, bd, 3);
+	submit(m, DOS_TASK_BACKWARD, product(m, &_dos_linear_bwd_data_codelet, &_dos_linear_bwd_data16_codelet), &a, bd,
+	       3);
 	a.accumulate = accumulate_dw;
 	struct buffer bw[] = {{dy, STARPU_R}, {x, STARPU_R}, {dw, out_mode(accumulate_dw)}};
-	submit(m, product(m, &_dos_linear_bwd_weight_codelet, &_dos_linear_bwd_weight16_codelet), &a, bw, 3);
+	submit(m, DOS_TASK_BACKWARD, product(m, &_dos_linear_bwd_weight_codelet, &_dos_linear_bwd_weight16_codelet), &a,
+	       bw, 3);
 }
 
 static void rmsnorm_fwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t y,
@@ -324,7 +334,7 @@ static void rmsnorm_fwd(struct dos_model *m, starpu_data_handle_t x, starpu_data
 {
 	struct _dos_model_args a = {.n = n, .d = m->shape.hidden};
 	struct buffer b[] = {{x, STARPU_R}, {w, STARPU_R}, {y, STARPU_W}, {rstd, STARPU_W}};
-	submit(m, &_dos_rmsnorm_fwd_codelet, &a, b, 4);
+	submit(m, forward_phase(m), &_dos_rmsnorm_fwd_codelet, &a, b, 4);
 }
 
 static void rmsnorm_bwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t rstd,
@@ -339,7 +349,7 @@ static void rmsnorm_bwd(struct dos_model *m, starpu_data_handle_t x, starpu_data
 			     {dy, STARPU_R},
 			     {dx, out_mode(accumulate_dx)},
 			     {dw, out_mode(accumulate_dw)}};
-	submit(m, &_dos_rmsnorm_bwd_codelet, &a, b, 6);
+	submit(m, DOS_TASK_BACKWARD, &_dos_rmsnorm_bwd_codelet, &a, b, 6);
 }
 
 /* What one layer's backward pass needs from its forward pass. */
@@ -376,7 +386,7 @@ static starpu_data_handle_t layer_forward(struct dos_model *m, uint32_t l, starp
 	act->probs = activation(m, (uint64_t)m->batch * s->heads * s->seq_len * s->seq_len);
 	struct _dos_model_args aa = {.n = n, .B = m->batch, .T = s->seq_len, .H = s->heads, .hd = d / s->heads, .d = d};
 	struct buffer ab[] = {{act->qkv, STARPU_R}, {act->att, STARPU_W}, {act->probs, STARPU_W}};
-	submit(m, product(m, &_dos_attention_fwd_codelet, &_dos_attention_fwd16_codelet), &aa, ab, 3);
+	submit(m, forward_phase(m), product(m, &_dos_attention_fwd_codelet, &_dos_attention_fwd16_codelet), &aa, ab, 3);
 	act->xmid = activation(m, (uint64_t)n * d);
 	linear_fwd(m, act->att, layer_param(m, m->weight, l, DOS_T_O), x, act->xmid, n, d, d);
 	act->h2 = activation(m, (uint64_t)n * d);
@@ -387,7 +397,7 @@ static starpu_data_handle_t layer_forward(struct dos_model *m, uint32_t l, starp
 	act->a = activation(m, (uint64_t)n * F);
 	struct _dos_model_args ga = {.n = n * F};
 	struct buffer gb[] = {{act->u, STARPU_R}, {act->a, STARPU_W}};
-	submit(m, &_dos_gelu_fwd_codelet, &ga, gb, 2);
+	submit(m, forward_phase(m), &_dos_gelu_fwd_codelet, &ga, gb, 2);
 	if (recompute)
 		return NULL;
 	starpu_data_handle_t x_out = activation(m, (uint64_t)n * d);
@@ -407,7 +417,7 @@ static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t
 	starpu_data_handle_t du = activation(m, (uint64_t)n * F);
 	struct _dos_model_args ga = {.n = n * F};
 	struct buffer gb[] = {{act->u, STARPU_R}, {da, STARPU_R}, {du, STARPU_W}};
-	submit(m, &_dos_gelu_bwd_codelet, &ga, gb, 3);
+	submit(m, DOS_TASK_BACKWARD, &_dos_gelu_bwd_codelet, &ga, gb, 3);
 	release(&da);
 	starpu_data_handle_t dh = activation(m, (uint64_t)n * d);
 	linear_bwd(m, du, layer_param(m, m->weight, l, DOS_T_FC1), act->h2, dh, 0,
@@ -421,7 +431,8 @@ static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t
 	starpu_data_handle_t dqkv = activation(m, (uint64_t)n * 3 * d);
 	struct _dos_model_args aa = {.n = n, .B = m->batch, .T = s->seq_len, .H = s->heads, .hd = d / s->heads, .d = d};
 	struct buffer ab[] = {{act->qkv, STARPU_R}, {act->probs, STARPU_R}, {datt, STARPU_R}, {dqkv, STARPU_W}};
-	submit(m, product(m, &_dos_attention_bwd_codelet, &_dos_attention_bwd16_codelet), &aa, ab, 4);
+	submit(m, DOS_TASK_BACKWARD, product(m, &_dos_attention_bwd_codelet, &_dos_attention_bwd16_codelet), &aa, ab,
+	       4);
 	release(&datt);
 	linear_bwd(m, dqkv, layer_param(m, m->weight, l, DOS_T_QKV), act->h1, dh, 0,
 		   layer_param(m, m->grad, l, DOS_T_QKV), accumulate, n, d, 3 * d);
@@ -449,7 +460,7 @@ static void forward_loss(struct dos_model *m, starpu_data_handle_t ids, starpu_d
 			      {m->weight[DOS_T_TOK_EMB], STARPU_R},
 			      {m->weight[DOS_T_POS_EMB], STARPU_R},
 			      {x[0], STARPU_W}};
-	submit(m, &_dos_embed_fwd_codelet, &ea, eb, 4);
+	submit(m, forward_phase(m), &_dos_embed_fwd_codelet, &ea, eb, 4);
 	if (eval)
 		release(&ids);
 	for (uint32_t l = 0; l < L; l++) {
@@ -467,7 +478,7 @@ static void forward_loss(struct dos_model *m, starpu_data_handle_t ids, starpu_d
 	starpu_vector_data_register(loss, -1, 0, n, sizeof(float));
 	struct _dos_model_args xa = {.n = n, .V = V, .grad_scale = grad_scale};
 	struct buffer xb[] = {{logits, STARPU_R}, {targets, STARPU_R}, {*loss, STARPU_W}, {*dlogits, STARPU_W}};
-	submit(m, &_dos_xent_codelet, &xa, xb, 4);
+	submit(m, forward_phase(m), &_dos_xent_codelet, &xa, xb, 4);
 	release(&logits);
 	release(&targets);
 	if (eval) {
@@ -492,8 +503,8 @@ static int check_batch(const struct dos_model *m, starpu_data_handle_t ids, star
 	return 0;
 }
 
-int dos_model_submit_eval(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
-			  starpu_data_handle_t *loss)
+int _dos_model_submit_eval(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
+			   starpu_data_handle_t *loss)
 {
 	int err = check_batch(m, ids, targets, loss);
 	if (err)
@@ -508,8 +519,8 @@ int dos_model_submit_eval(struct dos_model *m, starpu_data_handle_t ids, starpu_
 	return 0;
 }
 
-int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
-				float grad_scale, int accumulate, starpu_data_handle_t *loss)
+int _dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, starpu_data_handle_t targets,
+				 float grad_scale, int accumulate, starpu_data_handle_t *loss)
 {
 	int err = check_batch(m, ids, targets, loss);
 	if (err)
@@ -548,7 +559,7 @@ int dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, s
 			      {dx, STARPU_R},
 			      {m->grad[DOS_T_TOK_EMB], out_mode(accumulate)},
 			      {m->grad[DOS_T_POS_EMB], out_mode(accumulate)}};
-	submit(m, &_dos_embed_bwd_codelet, &ea, bb, 4);
+	submit(m, DOS_TASK_BACKWARD, &_dos_embed_bwd_codelet, &ea, bb, 4);
 	release(&dx);
 	release(&ids);
 	return 0;

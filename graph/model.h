@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "dos.h"
+#include "phase.h"
 
 struct dos_model_shape {
 	uint32_t vocab, hidden, heads, ffn, layers, seq_len;
@@ -29,10 +30,6 @@ enum {
 	DOS_T_PER_LAYER = 6,
 };
 
-/* Called on every task the model or the optimizer creates, just before submission
- * (dos-train watches them for its timeline and phase times). */
-typedef void (*dos_task_hook)(void *arg, struct starpu_task *task);
-
 struct dos_model {
 	struct dos_model_shape shape;
 	uint32_t batch;             /* sequences per micro-batch */
@@ -47,11 +44,13 @@ struct dos_model {
 	uint64_t *numel; /* [ntensors] */
 	uint64_t nparams;
 	void *weights;                /* flat working weights (of dtype), home of the weight handles */
-	int weights_pinned;           /* how dos_host_alloc made them */
+	int weights_pinned;           /* how _dos_host_alloc made them */
 	starpu_data_handle_t *weight; /* [ntensors] */
 	starpu_data_handle_t *grad;   /* [ntensors] fp32 gradients (no home) */
-	int evaluating;               /* within dos_model_submit_eval: its tasks are named "dos_eval" */
-	dos_task_hook hook;
+	/* within _dos_model_submit_eval: its tasks are in the evaluation phase, and named
+	 * "dos_eval" in traces */
+	int evaluating;
+	_dos_task_hook hook; /* optional: every task, before its submission (phase.h) */
 	void *hook_arg;
 };
 
@@ -60,41 +59,41 @@ struct dos_model {
 /* Checks a shape: every size > 0, hidden divisible by heads, at most DOS_MODEL_MAX_LAYERS
  * layers, every tensor within the 32-bit element count of a StarPU vector. Returns 0 or
  * -EINVAL naming the field and value. */
-int dos_model_shape_check(const struct dos_model_shape *shape);
+int _dos_model_shape_check(const struct dos_model_shape *shape);
 /* Parameters of a shape, and each tensor's element count in flat order (numel may be
  * NULL; it has 2 + 6 * layers + 2 entries). */
-uint64_t dos_model_param_count(const struct dos_model_shape *shape, uint64_t *numel);
+uint64_t _dos_model_param_count(const struct dos_model_shape *shape, uint64_t *numel);
 /* The initial weights of docs/model.md (bit-exact with the PyTorch reference). */
-void dos_model_init_weights(const struct dos_model_shape *shape, uint64_t seed, float *flat);
+void _dos_model_init_weights(const struct dos_model_shape *shape, uint64_t seed, float *flat);
 
 /* After starpu_init: allocates and registers the parameters, initialised from `seed` (in
  * 16 bits: those values rounded to nearest even, as the optimizer's weight refresh rounds
- * its fp32 master weights). Errors: those of dos_model_shape_check, -EINVAL for a NULL
+ * its fp32 master weights). Errors: those of _dos_model_shape_check, -EINVAL for a NULL
  * model, batch 0, a dtype that is not fp32, fp16 or bf16, activations beyond a 32-bit
  * vector, or a scheduling context that does not exist; -ENOMEM naming what could not be
  * allocated. *model is left untouched then. */
-int dos_model_create(struct dos_model *model, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
-		     enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx);
+int _dos_model_create(struct dos_model *model, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
+		      enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx);
 /* Waits for the model's tasks, unregisters and frees (model->weights is up to date). */
-void dos_model_destroy(struct dos_model *model);
+void _dos_model_destroy(struct dos_model *model);
 
 /* The activations forward and backward of one micro-batch of `batch` sequences keep alive
  * at once at their peak, in bytes (an upper bound from the shape): 16-bit activations in fp16/bf16, so
  * about half of fp32's (the few fp32 ones: RMSNorm's rstd, the per-token losses). */
-uint64_t dos_model_activation_bytes(const struct dos_model_shape *shape, uint32_t batch, enum dos_dtype dtype,
-				    int checkpoint_activations);
+uint64_t _dos_model_activation_bytes(const struct dos_model_shape *shape, uint32_t batch, enum dos_dtype dtype,
+				     int checkpoint_activations);
 
 /* Submits forward and backward of one micro-batch (ids and targets: int32 handles of
  * batch * seq_len tokens, unregistered here after their last use). Gradients are written
  * (accumulate = 0) or added (accumulate = 1) into model->grad, scaled by grad_scale (which
  * folds in 1 / (tokens * micro-batches) and the loss scale). *loss receives a new handle
  * of per-token losses (fp32, unscaled), which the caller reads and unregisters. */
-int dos_model_submit_microbatch(struct dos_model *model, starpu_data_handle_t ids, starpu_data_handle_t targets,
-				float grad_scale, int accumulate, starpu_data_handle_t *loss);
+int _dos_model_submit_microbatch(struct dos_model *model, starpu_data_handle_t ids, starpu_data_handle_t targets,
+				 float grad_scale, int accumulate, starpu_data_handle_t *loss);
 /* Submits the forward and loss of one micro-batch for evaluation, without backward: the
  * same losses submit_microbatch gives for these weights, nothing kept but them. Same
- * arguments and errors as dos_model_submit_microbatch. */
-int dos_model_submit_eval(struct dos_model *model, starpu_data_handle_t ids, starpu_data_handle_t targets,
-			  starpu_data_handle_t *loss);
+ * arguments and errors as _dos_model_submit_microbatch. */
+int _dos_model_submit_eval(struct dos_model *model, starpu_data_handle_t ids, starpu_data_handle_t targets,
+			   starpu_data_handle_t *loss);
 
 #endif /* DOS_MODEL_H */

@@ -65,7 +65,7 @@ static int visible_gpus(void)
 #endif
 }
 
-int dos_bind_rank(int local_rank, int local_size, struct starpu_conf *conf, struct dos_rank_binding *out)
+int _dos_bind_rank(int local_rank, int local_size, struct starpu_conf *conf, struct dos_rank_binding *out)
 {
 	*out = (struct dos_rank_binding){.gpu = -1, .local_rank = local_rank, .local_size = local_size};
 	if (local_rank < 0 || local_size < 1 || local_rank >= local_size)

@@ -18,6 +18,6 @@ struct dos_rank_binding {
  * GPU unless STARPU_NCUDA or STARPU_WORKERS_CUDAID are set. DOS_BIND=none in the
  * environment leaves the launcher's binding. Call before StarPU starts. Returns 0 or a
  * negative errno (message in dos_last_error()). */
-int dos_bind_rank(int local_rank, int local_size, struct starpu_conf *conf, struct dos_rank_binding *out);
+int _dos_bind_rank(int local_rank, int local_size, struct starpu_conf *conf, struct dos_rank_binding *out);
 
 #endif /* DOS_RANK_BINDING_H */

@@ -4,12 +4,12 @@
 
 #include "errors.h"
 #include "flat.h"
-#include "iteration.h"
 #include "scatter.h"
 
 /* The handles of this rank, each at [s * nranks + c] for subgroup s and chunk c (or, for
  * grad_in, the rank c whose partial it receives); NULL where this rank has none. */
-struct dos_scatter {
+struct _dos_scatter {
+	struct _dos_scatter_context ctx;
 	int nranks, rank;
 	size_t slots;
 	starpu_data_handle_t *grad_chunk;   /* this rank's partial gradient, chunk c: every subgroup */
@@ -20,10 +20,10 @@ struct dos_scatter {
 
 /* Chunk c of subgroup s is [chunk_begin(c), chunk_begin(c + 1)) of its `len` elements;
  * there are as many as ranks, or one per element of a shorter subgroup. */
-static uint32_t nchunks(const struct dos_optimizer *opt, uint32_t s)
+static uint32_t nchunks(const struct _dos_scatter *x, uint32_t s)
 {
-	uint64_t len = dos_subgroup_len(&opt->map, s), n = (uint64_t)dos_dp_size(&opt->cfg.dp);
-	return (uint32_t)(len < n ? len : n);
+	uint64_t len = _dos_subgroup_len(x->ctx.map, s);
+	return (uint32_t)(len < (uint64_t)x->nranks ? len : (uint64_t)x->nranks);
 }
 
 static uint64_t chunk_begin(uint64_t len, uint32_t nchunk, uint32_t c)
@@ -31,7 +31,7 @@ static uint64_t chunk_begin(uint64_t len, uint32_t nchunk, uint32_t c)
 	return (uint64_t)c * len / nchunk;
 }
 
-static starpu_data_handle_t *slot(starpu_data_handle_t *array, const struct dos_scatter *x, uint32_t s, uint32_t c)
+static starpu_data_handle_t *slot(starpu_data_handle_t *array, const struct _dos_scatter *x, uint32_t s, uint32_t c)
 {
 	return &array[(size_t)s * (size_t)x->nranks + c];
 }
@@ -41,28 +41,29 @@ static void register_vector(starpu_data_handle_t *h, uint64_t len, size_t elemsi
 	starpu_vector_data_register(h, -1, 0, (uint32_t)len, elemsize);
 }
 
-int dos_scatter_create(struct dos_scatter **out, const struct dos_optimizer *opt)
+int _dos_scatter_create(struct _dos_scatter **out, const struct _dos_scatter_context *ctx)
 {
-	const struct dos_data_parallel *dp = &opt->cfg.dp;
-	uint32_t N = opt->map.nsubgroups;
-	struct dos_scatter *x = calloc(1, sizeof *x);
+	const struct dos_data_parallel *dp = &ctx->cfg->dp;
+	uint32_t N = ctx->map->nsubgroups;
+	struct _dos_scatter *x = calloc(1, sizeof *x);
 	if (!x)
 		return DOS_FAIL(-ENOMEM, "no memory for the scatter exchange");
-	x->nranks = dos_dp_size(dp);
+	x->ctx = *ctx;
+	x->nranks = _dos_dp_size(dp);
 	x->rank = dp->rank;
 	x->slots = (size_t)N * (size_t)x->nranks;
 	starpu_data_handle_t **arrays[] = {&x->grad_chunk, &x->grad_in, &x->grad_sum, &x->weight_chunk};
 	for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++)
 		if (!(*arrays[a] = calloc(x->slots, sizeof **arrays[a]))) {
-			dos_scatter_destroy(x);
+			_dos_scatter_destroy(x);
 			return DOS_FAIL(-ENOMEM, "no memory for the %zu chunk handles of the scatter exchange",
 					x->slots);
 		}
-	size_t grad_size = dos_dtype_size(opt->cfg.grad_dtype), weight_size = dos_dtype_size(opt->cfg.weight_dtype);
+	size_t grad_size = dos_dtype_size(ctx->cfg->grad_dtype), weight_size = dos_dtype_size(ctx->cfg->weight_dtype);
 	for (uint32_t s = 0; s < N; s++) {
-		uint64_t len = dos_subgroup_len(&opt->map, s);
-		uint32_t k = nchunks(opt, s);
-		int owned = dos_dp_owner(dp, N, s) == x->rank;
+		uint64_t len = _dos_subgroup_len(ctx->map, s);
+		uint32_t k = nchunks(x, s);
+		int owned = _dos_dp_owner(dp, N, s) == x->rank;
 		for (uint32_t c = 0; c < k; c++) {
 			uint64_t clen = chunk_begin(len, k, c + 1) - chunk_begin(len, k, c);
 			register_vector(slot(x->grad_chunk, x, s, c), clen, grad_size);
@@ -81,7 +82,7 @@ int dos_scatter_create(struct dos_scatter **out, const struct dos_optimizer *opt
 	return 0;
 }
 
-void dos_scatter_destroy(struct dos_scatter *x)
+void _dos_scatter_destroy(struct _dos_scatter *x)
 {
 	if (!x)
 		return;
@@ -97,11 +98,11 @@ void dos_scatter_destroy(struct dos_scatter *x)
 
 /* Submits a copy of one subgroup between itself whole (`whole`) and its k chunks
  * (`chunks`), in either direction; `where` 0 lets the scheduler choose. */
-static void submit_chunk_copy(struct dos_optimizer *opt, uint32_t s, int to_chunks, starpu_data_handle_t whole,
-			      starpu_data_handle_t *chunks, enum dos_dtype dtype, uint32_t where)
+static void submit_chunk_copy(struct _dos_scatter *x, uint32_t s, int to_chunks, starpu_data_handle_t whole,
+			      starpu_data_handle_t *chunks, enum dos_dtype dtype, enum _dos_task_phase phase)
 {
-	uint64_t len = dos_subgroup_len(&opt->map, s);
-	uint32_t k = nchunks(opt, s);
+	uint64_t len = _dos_subgroup_len(x->ctx.map, s);
+	uint32_t k = nchunks(x, s);
 	struct dos_flat_piece *pieces = malloc(k * sizeof *pieces);
 	STARPU_ASSERT_MSG(pieces, "out of memory cutting subgroup %u into %u chunks", s, k);
 	for (uint32_t c = 0; c < k; c++) {
@@ -114,31 +115,29 @@ static void submit_chunk_copy(struct dos_optimizer *opt, uint32_t s, int to_chun
 	}
 	struct starpu_task *task;
 	int err = to_chunks ? _dos_flat_copy_task_create(chunks, k, dtype, &whole, dtype, 1, pieces, k,
-							 opt->cfg.sched_ctx, &task)
+							 x->ctx.cfg->sched_ctx, &task)
 			    : _dos_flat_copy_task_create(&whole, 1, dtype, chunks, dtype, k, pieces, k,
-							 opt->cfg.sched_ctx, &task);
+							 x->ctx.cfg->sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the chunk copy of subgroup %u", s);
 	free(pieces);
-	if (where)
-		task->where = where;
-	dos_optimizer_submit_task(opt, task);
+	x->ctx.submit(x->ctx.opt, task, phase, s);
 }
 
 /* This rank's partial gradient of subgroup s, from the tensor gradients its pieces lie
  * in, straight into its chunks (the pieces cut at the chunks' bounds). */
-static void submit_gather_chunks(struct dos_optimizer *opt, uint32_t s)
+static void submit_gather_chunks(struct _dos_scatter *x, uint32_t s)
 {
-	const struct dos_subgroup_map *map = &opt->map;
-	struct dos_scatter *x = opt->scatter;
-	uint64_t len = dos_subgroup_len(map, s);
-	uint32_t first = map->subgroup_first[s], count = map->subgroup_first[s + 1] - first, k = nchunks(opt, s);
+	const struct dos_subgroup_map *map = x->ctx.map;
+	const struct _dos_optimizer_config *cfg = x->ctx.cfg;
+	uint64_t len = _dos_subgroup_len(map, s);
+	uint32_t first = map->subgroup_first[s], count = map->subgroup_first[s + 1] - first, k = nchunks(x, s);
 	starpu_data_handle_t *sources = malloc(count * sizeof *sources);
 	struct dos_flat_piece *pieces = malloc((count + k) * sizeof *pieces);
 	STARPU_ASSERT_MSG(sources && pieces, "out of memory building the gradient gather of subgroup %u", s);
 	uint32_t npieces = 0, c = 0;
 	for (uint32_t i = 0; i < count; i++) {
 		const struct dos_piece *p = &map->pieces[first + i];
-		sources[i] = opt->tensor_grad[p->tensor];
+		sources[i] = x->ctx.tensor_grad[p->tensor];
 		for (uint64_t at = p->subgroup_offset, end = at + p->len; at < end;) {
 			while (chunk_begin(len, k, c + 1) <= at)
 				c++;
@@ -154,100 +153,99 @@ static void submit_gather_chunks(struct dos_optimizer *opt, uint32_t s)
 		}
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(slot(x->grad_chunk, x, s, 0), k, opt->cfg.grad_dtype, sources,
-					     opt->cfg.tensor_grad_dtype, count, pieces, npieces, opt->cfg.sched_ctx,
-					     &task);
+	int err = _dos_flat_copy_task_create(slot(x->grad_chunk, x, s, 0), k, cfg->grad_dtype, sources,
+					     cfg->tensor_grad_dtype, count, pieces, npieces, cfg->sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
 	free(sources);
 	free(pieces);
-	if (opt->copies_on_gpu) /* where the tensor gradients are */
+	if (x->ctx.copies_on_gpu) /* where the tensor gradients are */
 		task->where = STARPU_CUDA;
-	dos_optimizer_submit_task(opt, task);
+	x->ctx.submit(x->ctx.opt, task, DOS_TASK_GATHER, s);
 }
 
-static uint64_t message_index(const struct dos_scatter *x, uint32_t s, uint32_t c)
+static uint64_t message_index(const struct _dos_scatter *x, uint32_t s, uint32_t c)
 {
 	return (uint64_t)s * (uint64_t)x->nranks + c;
 }
 
-void dos_scatter_submit_gradients(struct dos_optimizer *opt)
+void _dos_scatter_submit_gradients(struct _dos_scatter *x, starpu_data_handle_t *grad)
 {
-	struct dos_scatter *x = opt->scatter;
-	const struct dos_data_parallel *dp = &opt->cfg.dp;
-	uint32_t N = opt->map.nsubgroups, me = (uint32_t)x->rank;
+	const struct _dos_optimizer_config *cfg = x->ctx.cfg;
+	const struct dos_data_parallel *dp = &cfg->dp;
+	uint32_t N = x->ctx.map->nsubgroups, me = (uint32_t)x->rank;
 	starpu_data_handle_t *partials = malloc((size_t)x->nranks * sizeof *partials);
 	STARPU_ASSERT_MSG(partials, "out of memory for %d partial gradients", x->nranks);
 	for (uint32_t s = 0; s < N; s++) {
-		int owner = dos_dp_owner(dp, N, s);
-		uint32_t k = nchunks(opt, s);
-		submit_gather_chunks(opt, s);
+		int owner = _dos_dp_owner(dp, N, s);
+		uint32_t k = nchunks(x, s);
+		submit_gather_chunks(x, s);
 		for (uint32_t c = 0; c < k; c++)
 			if (c != me)
-				dos_dp_send(*slot(x->grad_chunk, x, s, c), (int)c, DOS_DP_GRAD_CHUNK,
-					    message_index(x, s, c));
+				_dos_dp_send(*slot(x->grad_chunk, x, s, c), (int)c, DOS_DP_GRAD_CHUNK,
+					     message_index(x, s, c));
 		if (me < k) { /* chunk `me`: every rank's partial, summed in rank order */
 			for (int r = 0; r < x->nranks; r++) {
 				partials[r] =
 					r == x->rank ? *slot(x->grad_chunk, x, s, me) : *slot(x->grad_in, x, s, r);
 				if (r != x->rank)
-					dos_dp_recv(partials[r], r, DOS_DP_GRAD_CHUNK, message_index(x, s, me));
+					_dos_dp_recv(partials[r], r, DOS_DP_GRAD_CHUNK, message_index(x, s, me));
 			}
 			struct starpu_task *task;
 			starpu_data_handle_t sum = *slot(x->grad_sum, x, s, me);
-			int err = _dos_grad_sum_task_create(sum, opt->cfg.grad_dtype, partials, (uint32_t)x->nranks,
-							    opt->cfg.grad_dtype, opt->cfg.sched_ctx, &task);
+			int err = _dos_grad_sum_task_create(sum, cfg->grad_dtype, partials, (uint32_t)x->nranks,
+							    cfg->grad_dtype, cfg->sched_ctx, &task);
 			STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient sum of subgroup %u", s);
-			dos_optimizer_submit_task(opt, task);
+			x->ctx.submit(x->ctx.opt, task, DOS_TASK_GATHER, s);
 			if (owner != x->rank)
-				dos_dp_send(sum, owner, DOS_DP_GRAD_SUM, message_index(x, s, me));
+				_dos_dp_send(sum, owner, DOS_DP_GRAD_SUM, message_index(x, s, me));
 		}
 		if (owner == x->rank) { /* the sums of every chunk, put together */
 			for (uint32_t c = 0; c < k; c++)
 				if (c != me)
-					dos_dp_recv(*slot(x->grad_sum, x, s, c), (int)c, DOS_DP_GRAD_SUM,
-						    message_index(x, s, c));
-			submit_chunk_copy(opt, s, 0, opt->grad_h[s], slot(x->grad_sum, x, s, 0), opt->cfg.grad_dtype,
-					  0);
+					_dos_dp_recv(*slot(x->grad_sum, x, s, c), (int)c, DOS_DP_GRAD_SUM,
+						     message_index(x, s, c));
+			submit_chunk_copy(x, s, 0, grad[s], slot(x->grad_sum, x, s, 0), cfg->grad_dtype,
+					  DOS_TASK_GATHER);
 		}
 	}
 	free(partials);
 }
 
-void dos_scatter_submit_weights(struct dos_optimizer *opt)
+void _dos_scatter_submit_weights(struct _dos_scatter *x, starpu_data_handle_t *weights)
 {
-	struct dos_scatter *x = opt->scatter;
-	const struct dos_data_parallel *dp = &opt->cfg.dp;
-	uint32_t N = opt->map.nsubgroups, me = (uint32_t)x->rank;
+	const struct _dos_optimizer_config *cfg = x->ctx.cfg;
+	const struct dos_data_parallel *dp = &cfg->dp;
+	uint32_t N = x->ctx.map->nsubgroups, me = (uint32_t)x->rank;
 	for (uint32_t s = 0; s < N; s++) {
-		int owner = dos_dp_owner(dp, N, s);
-		uint32_t k = nchunks(opt, s);
-		starpu_data_handle_t whole = dos_optimizer_updated_weights(opt, s);
+		int owner = _dos_dp_owner(dp, N, s);
+		uint32_t k = nchunks(x, s);
+		starpu_data_handle_t whole = weights[s];
 		if (owner == x->rank) { /* chunk c to rank c, its own chunk to every rank */
-			submit_chunk_copy(opt, s, 1, whole, slot(x->weight_chunk, x, s, 0), opt->cfg.weight_dtype, 0);
+			submit_chunk_copy(x, s, 1, whole, slot(x->weight_chunk, x, s, 0), cfg->weight_dtype,
+					  DOS_TASK_REFRESH);
 			for (uint32_t c = 0; c < k; c++)
 				for (int r = 0; r < x->nranks; r++)
 					if (r != owner && (c == (uint32_t)owner || (uint32_t)r == c))
-						dos_dp_send(*slot(x->weight_chunk, x, s, c), r, DOS_DP_WEIGHT_CHUNK,
-							    message_index(x, s, c));
+						_dos_dp_send(*slot(x->weight_chunk, x, s, c), r, DOS_DP_WEIGHT_CHUNK,
+							     message_index(x, s, c));
 			continue;
 		}
 		for (uint32_t c = 0; c < k; c++) {
 			starpu_data_handle_t h = *slot(x->weight_chunk, x, s, c);
 			/* from the owner: its own chunk and this rank's; the others from their rank */
 			int from = c == (uint32_t)owner || c == me ? owner : (int)c;
-			dos_dp_recv(h, from, DOS_DP_WEIGHT_CHUNK, message_index(x, s, c));
+			_dos_dp_recv(h, from, DOS_DP_WEIGHT_CHUNK, message_index(x, s, c));
 			if (c == me) /* passed on to the ranks that do not have it */
 				for (int r = 0; r < x->nranks; r++)
 					if (r != owner && r != x->rank)
-						dos_dp_send(h, r, DOS_DP_WEIGHT_CHUNK, message_index(x, s, c));
+						_dos_dp_send(h, r, DOS_DP_WEIGHT_CHUNK, message_index(x, s, c));
 		}
-		submit_chunk_copy(opt, s, 0, whole, slot(x->weight_chunk, x, s, 0), opt->cfg.weight_dtype, 0);
+		submit_chunk_copy(x, s, 0, whole, slot(x->weight_chunk, x, s, 0), cfg->weight_dtype, DOS_TASK_REFRESH);
 	}
 }
 
-void dos_scatter_drop(struct dos_optimizer *opt)
+void _dos_scatter_drop(struct _dos_scatter *x)
 {
-	struct dos_scatter *x = opt->scatter;
 	starpu_data_handle_t *arrays[] = {x->grad_chunk, x->grad_in, x->grad_sum, x->weight_chunk};
 	for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++)
 		for (size_t i = 0; i < x->slots; i++)

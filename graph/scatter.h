@@ -20,23 +20,38 @@
 #ifndef DOS_SCATTER_H
 #define DOS_SCATTER_H
 
-struct dos_optimizer;
-struct dos_scatter;
+#include <starpu.h>
 
-/* Registers the chunk handles of `opt`'s subgroups on this rank into *out. Returns 0 or
+#include "optimizer.h"
+#include "subgroups.h"
+
+/* What the exchange needs of the optimizer that owns it (optimizer.c), which outlives it. */
+struct _dos_scatter_context {
+	const struct dos_subgroup_map *map;
+	const struct _dos_optimizer_config *cfg;
+	starpu_data_handle_t *tensor_grad; /* backward's, per tensor: what the gathers read */
+	int copies_on_gpu;                 /* gathers run on CUDA workers */
+	/* submits one of the exchange's tasks as the optimizer submits its own */
+	void (*submit)(void *opt, struct starpu_task *task, enum _dos_task_phase phase, uint32_t subgroup);
+	void *opt;
+};
+
+struct _dos_scatter;
+
+/* Registers the chunk handles of the subgroups on this rank into *out. Returns 0 or
  * -ENOMEM naming what could not be allocated. */
-int dos_scatter_create(struct dos_scatter **out, const struct dos_optimizer *opt);
+int _dos_scatter_create(struct _dos_scatter **out, const struct _dos_scatter_context *ctx);
 /* Unregisters and frees them (NULL: nothing). */
-void dos_scatter_destroy(struct dos_scatter *x);
+void _dos_scatter_destroy(struct _dos_scatter *x);
 
-/* Submits one step's gradient exchange: afterwards every owned subgroup's grad_h holds
- * the job's summed gradient. */
-void dos_scatter_submit_gradients(struct dos_optimizer *opt);
-/* Submits one step's weight exchange: afterwards every subgroup's updated weights
- * (dos_optimizer_updated_weights) hold the owner's on every rank. */
-void dos_scatter_submit_weights(struct dos_optimizer *opt);
+/* Submits one step's gradient exchange: afterwards grad[s] of every subgroup s this rank
+ * owns holds the job's summed gradient. */
+void _dos_scatter_submit_gradients(struct _dos_scatter *x, starpu_data_handle_t *grad);
+/* Submits one step's weight exchange: afterwards weights[s] (the updated weights the
+ * refresh reads) of every subgroup holds its owner's on every rank. */
+void _dos_scatter_submit_weights(struct _dos_scatter *x, starpu_data_handle_t *weights);
 /* Drops the chunks of the step just submitted once their last reader has run, so that no
  * dead copy of them is ever written back over a link. */
-void dos_scatter_drop(struct dos_optimizer *opt);
+void _dos_scatter_drop(struct _dos_scatter *x);
 
 #endif /* DOS_SCATTER_H */

@@ -6,7 +6,7 @@
 #include "errors.h"
 #include "subgroups.h"
 
-void dos_subgroup_map_free(struct dos_subgroup_map *map)
+void _dos_subgroup_map_free(struct dos_subgroup_map *map)
 {
 	if (!map)
 		return;
@@ -17,8 +17,8 @@ void dos_subgroup_map_free(struct dos_subgroup_map *map)
 	*map = (struct dos_subgroup_map){0};
 }
 
-int dos_subgroup_map_build(struct dos_subgroup_map *map, const uint64_t *numel, uint32_t ntensors,
-			   uint64_t subgroup_size)
+int _dos_subgroup_map_build(struct dos_subgroup_map *map, const uint64_t *numel, uint32_t ntensors,
+			    uint64_t subgroup_size)
 {
 	if (!map)
 		return DOS_FAIL(-EINVAL, "map is NULL");
@@ -50,7 +50,7 @@ int dos_subgroup_map_build(struct dos_subgroup_map *map, const uint64_t *numel, 
 	map->tensor_first = malloc((ntensors + 1) * sizeof *map->tensor_first);
 	map->pieces = malloc(max_pieces * sizeof *map->pieces);
 	if (!map->tensor_start || !map->subgroup_first || !map->tensor_first || !map->pieces) {
-		dos_subgroup_map_free(map);
+		_dos_subgroup_map_free(map);
 		return DOS_FAIL(-ENOMEM, "no memory for a map of %u tensors and %llu subgroups", ntensors,
 				(unsigned long long)nsub);
 	}

@@ -32,12 +32,12 @@ struct dos_subgroup_map {
  * `subgroup_size`. Errors (message in dos_last_error()): -EINVAL for NULL, no tensors, an
  * empty tensor, subgroup_size 0 or larger than the whole model, or more than 2^32
  * subgroups or pieces; -ENOMEM. */
-int dos_subgroup_map_build(struct dos_subgroup_map *map, const uint64_t *numel, uint32_t ntensors,
-			   uint64_t subgroup_size);
-void dos_subgroup_map_free(struct dos_subgroup_map *map);
+int _dos_subgroup_map_build(struct dos_subgroup_map *map, const uint64_t *numel, uint32_t ntensors,
+			    uint64_t subgroup_size);
+void _dos_subgroup_map_free(struct dos_subgroup_map *map);
 
 /* Parameters in subgroup s. */
-static inline uint64_t dos_subgroup_len(const struct dos_subgroup_map *map, uint32_t s)
+static inline uint64_t _dos_subgroup_len(const struct dos_subgroup_map *map, uint32_t s)
 {
 	uint64_t begin = (uint64_t)s * map->subgroup_size, end = begin + map->subgroup_size;
 	return (end < map->nparams ? end : map->nparams) - begin;

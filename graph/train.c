@@ -26,7 +26,7 @@ struct pending_step {
 	starpu_data_handle_t *loss;      /* [micro-batches of the global batch] on rank 0, else none */
 	starpu_data_handle_t *eval_loss; /* [held-out micro-batches] on rank 0, after an evaluation */
 	int evaluated;
-	struct dos_step_report report;
+	struct _dos_step_report report;
 	uint64_t step;
 };
 
@@ -52,7 +52,7 @@ static double collect_loss(starpu_data_handle_t *loss, uint32_t count, uint32_t 
 static void receive_loss(starpu_data_handle_t *slot, uint32_t tokens, int from, enum dos_dp_message kind, uint64_t tag)
 {
 	starpu_vector_data_register(slot, -1, 0, tokens, sizeof(float));
-	dos_dp_recv(*slot, from, kind, tag);
+	_dos_dp_recv(*slot, from, kind, tag);
 }
 
 /* The losses of a micro-batch this rank ran: kept in *slot on rank 0, sent there from the
@@ -64,7 +64,7 @@ static void deliver_loss(starpu_data_handle_t loss, int reporter, starpu_data_ha
 		*slot = loss;
 		return;
 	}
-	dos_dp_send(loss, 0, kind, tag);
+	_dos_dp_send(loss, 0, kind, tag);
 	starpu_data_unregister_submit(loss);
 }
 
@@ -75,7 +75,7 @@ static int submit_evaluation(const struct dos_train_config *cfg, struct dos_corp
 			     struct pending_step *q, uint32_t E, uint64_t k)
 {
 	const struct dos_data_parallel *dp = &cfg->dp;
-	int ranks = dos_dp_size(dp), reporter = dp->rank == 0;
+	int ranks = _dos_dp_size(dp), reporter = dp->rank == 0;
 	uint32_t tokens = cfg->micro_batch * cfg->shape.seq_len;
 	for (uint32_t i = 0; i < E; i++) {
 		int owner = (int)(i % (uint32_t)ranks);
@@ -86,32 +86,14 @@ static int submit_evaluation(const struct dos_train_config *cfg, struct dos_corp
 			continue;
 		}
 		starpu_data_handle_t ids, targets, loss;
-		int err = dos_corpus_eval_batch(corpus, i, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx, &ids,
-						&targets);
-		if (err || (err = dos_model_submit_eval(model, ids, targets, &loss)))
+		int err = _dos_corpus_eval_batch(corpus, i, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx, &ids,
+						 &targets);
+		if (err || (err = _dos_model_submit_eval(model, ids, targets, &loss)))
 			return err;
 		deliver_loss(loss, reporter, &q->eval_loss[q->evaluated], DOS_DP_EVAL_LOSS, tag);
 		q->evaluated += reporter;
 	}
 	return 0;
-}
-
-/* Copies a flat array of `dtype` whose slices are the handles [first, end) (homed in it)
- * into `to`, widened to fp32 (exactly), after bringing every slice home. */
-static void copy_home(starpu_data_handle_t *h, uint32_t first, uint32_t end, const void *flat, enum dos_dtype dtype,
-		      float *to, uint64_t count)
-{
-	if (!to || !DOS_VALUES_ARE_REAL)
-		return;
-	for (uint32_t i = first; i < end; i++)
-		starpu_data_acquire(h[i], STARPU_R);
-	if (dtype == DOS_FP32)
-		memcpy(to, flat, count * sizeof(float));
-	else
-		for (uint64_t i = 0; i < count; i++)
-			to[i] = dos_load_elem(flat, i, dtype);
-	for (uint32_t i = first; i < end; i++)
-		starpu_data_release(h[i]);
 }
 
 /* Tells a starpu-dos policy what the iteration keeps on the GPU besides the optimizer's
@@ -127,140 +109,15 @@ static void declare_gpu_memory(const struct dos_train_config *cfg, const struct 
 	if (starpu_cuda_worker_get_count() == 0 || !_dos_sched_ctx_is_ours(cfg->sched_ctx))
 		return;
 	double weights = (double)dos_dtype_size(model->dtype) * (double)model->nparams;
-	double activations = (double)dos_model_activation_bytes(&model->shape, model->batch, model->dtype,
-								model->checkpoint_activations);
+	double activations = (double)_dos_model_activation_bytes(&model->shape, model->batch, model->dtype,
+								 model->checkpoint_activations);
 	dos_sched_reserve_gpu_bytes(cfg->sched_ctx, weights + activations * (cfg->accumulation > 1 ? 2 : 1));
-}
-
-/* The checkpoint's description of this run after `steps_done` steps. */
-static struct dos_checkpoint_meta checkpoint_meta(const struct dos_train_config *cfg, const struct dos_model *model,
-						  const struct dos_optimizer *opt, const struct dos_corpus *corpus,
-						  uint64_t steps_done)
-{
-	return (struct dos_checkpoint_meta){.nparams = model->nparams,
-					    .subgroup_size = opt->cfg.subgroup_size,
-					    .ntensors = model->ntensors,
-					    .numel = model->numel,
-					    .weight_dtype = opt->cfg.weight_dtype,
-					    .grad_dtype = opt->cfg.grad_dtype,
-					    .step = opt->step,
-					    .skipped_steps = opt->skipped_steps,
-					    .steps_done = steps_done,
-					    .loss_scale = opt->loss_scale,
-					    .good_steps = opt->good_steps,
-					    .seed = cfg->seed,
-					    .data_rng = corpus->rng,
-					    .hp = opt->cfg.hp};
-}
-
-/* An error naming the step, the first subgroup and the arrays that the step's update left
- * with an inf or NaN (from the flags the update tasks wrote: the state is not read), so
- * that a NaN in the state is reported at the step where it appears instead of being
- * saved or trained on. A skipped step wrote nothing: its state was checked before. */
-static int check_update_finite(struct dos_optimizer *opt, const struct dos_step_report *report, uint64_t step)
-{
-	if (!DOS_VALUES_ARE_REAL || !report->update)
-		return 0;
-	uint32_t count, s, bits;
-	int err = dos_optimizer_update_nonfinite(opt, report->update, &count, &s, &bits);
-	if (err || count == 0)
-		return err;
-	static const char *const names[] = {"master weight", "Adam m", "Adam v"};
-	char arrays[64] = "", others[64] = "";
-	for (int a = 0; a < 3; a++)
-		if (bits & (1u << a))
-			snprintf(arrays + strlen(arrays), sizeof arrays - strlen(arrays), "%s%s", *arrays ? ", " : "",
-				 names[a]);
-	if (count > 1)
-		snprintf(others, sizeof others, " (and %u more subgroups)", count - 1);
-	uint64_t first = (uint64_t)s * opt->map.subgroup_size;
-	return DOS_FAIL(-ERANGE,
-			"after step %llu the optimizer state is not finite: %s of subgroup %u (parameters %llu to "
-			"%llu)%s; not saved, training stopped",
-			(unsigned long long)step, arrays, s, (unsigned long long)first,
-			(unsigned long long)(first + dos_subgroup_len(&opt->map, s) - 1), others);
-}
-
-/* In a data-parallel job every rank that keeps state saves its shard and, once all have
- * (or one failed: then every rank fails), rank 0 writes the manifest. The checkpoint
- * directory must be shared by the ranks (a parallel file system on a cluster). */
-static int save_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model, struct dos_optimizer *opt,
-			   const struct dos_corpus *corpus, const struct dos_step_report *report, uint64_t steps_done)
-{
-	const struct dos_data_parallel *dp = &opt->cfg.dp;
-	int ranks = dos_dp_size(dp);
-	/* shards: the ranks that keep state (with fewer subgroups than ranks, some keep none) */
-	uint32_t shards = 0, my_shard = 0;
-	for (int r = 0; r < ranks; r++) {
-		uint32_t first, end;
-		dos_dp_owned_subgroups(dp, r, opt->map.nsubgroups, &first, &end);
-		my_shard += r < dp->rank && end > first;
-		shards += end > first;
-	}
-	dos_optimizer_hold_state(opt, STARPU_R);
-	struct dos_checkpoint_meta meta = checkpoint_meta(cfg, model, opt, corpus, steps_done);
-	int err = check_update_finite(opt, report, steps_done);
-	if (!err && shards == 1 && opt->state_len > 0)
-		err = dos_checkpoint_save(cfg->checkpoint_dir, &meta, opt->master, opt->m, opt->v, 2, NULL, 0);
-	else if (!err && opt->state_len > 0) {
-		meta.state_begin = opt->state_begin;
-		meta.state_len = opt->state_len;
-		err = dos_checkpoint_save_shard(cfg->checkpoint_dir, &meta, my_shard, shards, opt->master, opt->m,
-						opt->v);
-	}
-	dos_optimizer_release_state(opt);
-	if (ranks == 1)
-		return err;
-	if (dos_dp_sum(err != 0) > 0)
-		return err ? err
-			   : DOS_FAIL(-EIO, "checkpoint after step %llu: another rank could not save its shard",
-				      (unsigned long long)steps_done);
-	if (dp->rank == 0 && shards > 1) {
-		meta.state_begin = meta.state_len = 0;
-		err = dos_checkpoint_save_manifest(cfg->checkpoint_dir, &meta, shards, 2, NULL, 0);
-	}
-	if (dos_dp_sum(err != 0) > 0)
-		return err ? err
-			   : DOS_FAIL(-EIO, "checkpoint after step %llu: rank 0 could not write the manifest",
-				      (unsigned long long)steps_done);
-	return 0;
-}
-
-/* Before any task runs (every handle's only copy is its home): the latest checkpoint's
- * state, the step counters and the batch order; the caller then has tasks make the working
- * weights what the weight refresh makes of those master weights (once every rank has
- * loaded: the rebuild sends each rank's weights to the others). */
-static int resume_from_checkpoint(const struct dos_train_config *cfg, const struct dos_model *model,
-				  struct dos_optimizer *opt, struct dos_corpus *corpus, uint64_t *steps_done)
-{
-	char path[4096];
-	int err = dos_checkpoint_latest(cfg->checkpoint_dir, path, sizeof path);
-	if (err)
-		return err == -ENOENT ? DOS_FAIL(-ENOENT, "--resume: no checkpoint in %s", cfg->checkpoint_dir) : err;
-	struct dos_checkpoint_meta expect = checkpoint_meta(cfg, model, opt, corpus, 0), got;
-	/* A rank of a data-parallel job reads its own part of the state (a rank that keeps
-	 * none, only the counters); the weight rebuild sends each rank's to the others. Either
-	 * kind of checkpoint, of any number of shards, serves any number of ranks. */
-	if (opt->state_len)
-		err = dos_checkpoint_load_range(path, &expect, opt->state_begin, opt->state_len, &got, opt->master,
-						opt->m, opt->v);
-	else
-		err = dos_checkpoint_load_range(path, &expect, 0, 1, &got, NULL, NULL, NULL);
-	if (err)
-		return err;
-	opt->step = got.step;
-	opt->skipped_steps = got.skipped_steps;
-	opt->loss_scale = got.loss_scale;
-	opt->good_steps = got.good_steps;
-	corpus->rng = got.data_rng;
-	*steps_done = got.steps_done;
-	return 0;
 }
 
 static int check_config(const struct dos_train_config *c)
 {
 	int err;
-	if ((err = dos_model_shape_check(&c->shape)))
+	if ((err = _dos_model_shape_check(&c->shape)))
 		return err;
 	if (c->micro_batch == 0)
 		return DOS_FAIL(-EINVAL, "micro_batch = 0: need at least one sequence per micro-batch");
@@ -282,32 +139,252 @@ static int check_config(const struct dos_train_config *c)
 		return DOS_FAIL(-EINVAL, "resume = %d, checkpoint_every = %llu: both need a checkpoint_dir", c->resume,
 				(unsigned long long)c->checkpoint_every);
 	/* the optimizer's own checks, before anything is loaded or allocated */
-	struct dos_optimizer_config oc = c->opt;
+	struct _dos_optimizer_config oc = c->opt;
 	oc.sched_ctx = c->sched_ctx;
 	oc.dp = c->dp;
-	return dos_optimizer_config_check(&oc, dos_model_param_count(&c->shape, NULL));
+	if ((err = _dos_optimizer_config_check(&oc, _dos_model_param_count(&c->shape, NULL))))
+		return err;
+	int ranks = _dos_dp_size(&c->dp);
+	if ((uint64_t)c->accumulation * (uint64_t)ranks > UINT32_MAX)
+		return DOS_FAIL(-EINVAL, "accumulation = %u micro-batches on each of %d ranks: too many per step",
+				c->accumulation, ranks);
+	return 0;
+}
+
+/* What one training run holds, from start_run to end_run. */
+struct run {
+	const struct dos_train_config *cfg;
+	struct dos_corpus corpus;
+	struct dos_model model;
+	struct _dos_optimizer *opt;
+	int have_corpus, have_model;
+	/* the global batch of a step: A micro-batches, [first_mb, first_mb + accumulation)
+	 * this rank's; E held-out micro-batches per evaluation; tokens per micro-batch */
+	uint32_t A, first_mb, E, tokens;
+	/* the loss handles of the step being read and the step being submitted (2 A), then
+	 * of their evaluations (2 E); on the heap, as up to 2^20 micro-batches per step would
+	 * overflow the stack */
+	starpu_data_handle_t *loss_slots;
+	struct pending_step pending[2];
+};
+
+/* Frees what start_run made; the loss handles an error left registered are dropped. */
+static void end_run(struct run *r)
+{
+	starpu_task_wait_for_all();
+	for (size_t i = 0; r->loss_slots && i < 2 * ((size_t)r->A + r->E); i++)
+		if (r->loss_slots[i])
+			starpu_data_unregister(r->loss_slots[i]);
+	free(r->loss_slots);
+	_dos_optimizer_destroy(r->opt);
+	if (r->have_model)
+		_dos_model_destroy(&r->model);
+	if (r->have_corpus)
+		_dos_corpus_free(&r->corpus);
+}
+
+/* The held-out part of the corpus, when there is one: E micro-batches per evaluation,
+ * whose loss handles follow the steps'. */
+static int hold_out(struct run *r)
+{
+	const struct dos_train_config *cfg = r->cfg;
+	if (cfg->eval_fraction == 0)
+		return 0;
+	int err = _dos_corpus_hold_out(&r->corpus, cfg->eval_fraction, cfg->micro_batch, cfg->shape.seq_len, &r->E);
+	if (err)
+		return err;
+	if (cfg->eval_batches && cfg->eval_batches < r->E)
+		r->E = cfg->eval_batches;
+	starpu_data_handle_t *grown = realloc(r->loss_slots, 2 * ((size_t)r->A + r->E) * sizeof *grown);
+	if (!grown) {
+		uint32_t E = r->E;
+		r->E = 0; /* the slots are as they were */
+		return DOS_FAIL(-ENOMEM, "no memory for the loss handles of %u held-out micro-batches", E);
+	}
+	r->loss_slots = grown;
+	memset(r->loss_slots + 2 * (size_t)r->A, 0, 2 * (size_t)r->E * sizeof *r->loss_slots);
+	return 0;
+}
+
+/* The optimizer over the model's tensors, its master weights from the model's exact fp32
+ * initial values. */
+static int create_optimizer(struct run *r)
+{
+	const struct dos_train_config *cfg = r->cfg;
+	struct dos_model *model = &r->model;
+	struct _dos_optimizer_config oc = cfg->opt;
+	oc.sched_ctx = cfg->sched_ctx;
+	oc.dp = cfg->dp;
+	oc.hook = cfg->hook;
+	oc.hook_arg = cfg->hook_arg;
+	/* mixed precision: the model computes in the 16-bit weight dtype on 16-bit working
+	 * weights, which the refresh copies from the update's 16-bit weights; its gradients
+	 * stay fp32 (the micro-batches accumulate into them), narrowed by the gather */
+	oc.tensor_dtype = model->dtype;
+	oc.tensor_grad_dtype = DOS_FP32;
+	/* a 16-bit model holds its initial values only rounded: generated once more here
+	 * (never read under SimGrid) */
+	float *initial = model->dtype == DOS_FP32 ? model->weights : NULL;
+	if (!initial && DOS_VALUES_ARE_REAL) {
+		if (!(initial = malloc(model->nparams * sizeof(float))))
+			return DOS_FAIL(-ENOMEM, "no memory for the %llu fp32 initial master weights",
+					(unsigned long long)model->nparams);
+		_dos_model_init_weights(&cfg->shape, cfg->seed, initial);
+	}
+	int err = _dos_optimizer_create(&r->opt, &oc, model->ntensors, model->numel, model->weight, model->grad,
+					initial ? initial : (const float *)model->weights);
+	if (initial != model->weights)
+		free(initial);
+	return err;
+}
+
+/* Everything a run needs, in the order that lets each error name what went wrong first:
+ * the corpus, its held-out part, the model, the optimizer. On an error what was made is
+ * freed again. */
+static int start_run(const struct dos_train_config *cfg, struct run *r)
+{
+	const struct dos_data_parallel *dp = &cfg->dp;
+	int ranks = _dos_dp_size(dp);
+	*r = (struct run){.cfg = cfg,
+			  .A = cfg->accumulation * (uint32_t)ranks,
+			  .first_mb = cfg->accumulation * (uint32_t)dp->rank,
+			  .tokens = cfg->micro_batch * cfg->shape.seq_len};
+	if (!(r->loss_slots = calloc(2 * (size_t)r->A, sizeof *r->loss_slots)))
+		return DOS_FAIL(-ENOMEM, "no memory for the loss handles of %u micro-batches", r->A);
+	int err = _dos_corpus_load(&r->corpus, cfg->data_path, cfg->shape.seq_len, cfg->seed);
+	r->have_corpus = !err;
+	if (!err && !(err = hold_out(r)) &&
+	    !(err = _dos_model_create(&r->model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->opt.weight_dtype,
+				      cfg->checkpoint_activations, cfg->sched_ctx))) {
+		r->have_model = 1;
+		err = create_optimizer(r);
+	}
+	if (err) {
+		end_run(r);
+		return err;
+	}
+	r->corpus.hook = r->model.hook = cfg->hook;
+	r->corpus.hook_arg = r->model.hook_arg = cfg->hook_arg;
+	uint32_t A = r->A, E = r->E;
+	r->pending[0] = (struct pending_step){.loss = r->loss_slots, .eval_loss = r->loss_slots + 2 * (size_t)A};
+	r->pending[1] =
+		(struct pending_step){.loss = r->loss_slots + A, .eval_loss = r->loss_slots + 2 * (size_t)A + E};
+	return 0;
+}
+
+/* Before any task runs (every handle's only copy is its home): the latest checkpoint's
+ * state, counters and batch order, on every rank or none; then tasks make the working
+ * weights what the weight refresh makes of those master weights (the rebuild sends each
+ * rank's to the others). *first_step is the number of steps the checkpoint had done. */
+static int resume(struct run *r, uint64_t *first_step)
+{
+	const struct dos_train_config *cfg = r->cfg;
+	int err = 0;
+	*first_step = 0;
+	if (cfg->resume && DOS_VALUES_ARE_REAL) {
+		char path[4096];
+		struct _dos_run_position at;
+		err = _dos_checkpoint_latest(cfg->checkpoint_dir, path, sizeof path);
+		if (err == -ENOENT)
+			err = DOS_FAIL(-ENOENT, "--resume: no checkpoint in %s", cfg->checkpoint_dir);
+		if (!err && !(err = _dos_optimizer_load(r->opt, path, &at))) {
+			r->corpus.rng = at.data_rng;
+			*first_step = at.steps_done;
+		}
+	}
+	if (_dos_dp_sum(err != 0) > 0 && !err)
+		err = DOS_FAIL(-EIO, "--resume: another rank could not load its part of the checkpoint");
+	if (!err && *first_step > 0)
+		_dos_optimizer_rebuild_weights(r->opt);
+	return err;
+}
+
+/* Submits the micro-batches of step k + 1 (this rank's forward and backward; the losses
+ * of the others' come to rank 0) into p: with the chain exchange, the tensors' gradients
+ * summed down the chain of ranks in global micro-batch order; with scatter, each rank's
+ * own, which the optimizer's step reduces. */
+static int submit_microbatches(struct run *r, struct pending_step *p, uint64_t k)
+{
+	const struct dos_train_config *cfg = r->cfg;
+	const struct dos_data_parallel *dp = &cfg->dp;
+	struct dos_model *model = &r->model;
+	int reporter = dp->rank == 0;
+	int chain = dp->exchange == DOS_DP_CHAIN; /* else each rank's gradients are its own (scatter.h) */
+	struct _dos_optimizer_info info;
+	_dos_optimizer_get_info(r->opt, &info);
+	/* the loss gradient carries 1/(tokens * A) (a mean over the step's tokens) and the
+	 * loss scale */
+	float grad_scale = (float)(info.loss_scale / ((double)r->tokens * r->A));
+	/* the sum of the gradients of the micro-batches before ours, which ours add to
+	 * (the chain; scattered, each rank's sum starts from its own micro-batches) */
+	if (chain && r->first_mb > 0)
+		for (uint32_t t = 0; t < model->ntensors; t++)
+			_dos_dp_recv(model->grad[t], dp->rank - 1, DOS_DP_TENSOR_GRAD, t);
+	for (uint32_t g = 0; g < r->A; g++) {
+		uint64_t loss_tag = g + (uint64_t)r->A * (k % 2);
+		if (g < r->first_mb || g >= r->first_mb + cfg->accumulation) {
+			_dos_corpus_skip_batch(&r->corpus, cfg->micro_batch);
+			if (reporter) /* another rank's micro-batch: its losses come here */
+				receive_loss(&p->loss[g], r->tokens, (int)(g / cfg->accumulation), DOS_DP_LOSS,
+					     loss_tag);
+			continue;
+		}
+		starpu_data_handle_t ids, targets, loss;
+		int err = _dos_corpus_next_batch(&r->corpus, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx, &ids,
+						 &targets);
+		if (err || (err = _dos_model_submit_microbatch(model, ids, targets, grad_scale,
+							       g > (chain ? 0 : r->first_mb), &loss)))
+			return err;
+		deliver_loss(loss, reporter, &p->loss[g], DOS_DP_LOSS, loss_tag);
+	}
+	if (chain && r->first_mb + cfg->accumulation < r->A)
+		for (uint32_t t = 0; t < model->ntensors; t++)
+			_dos_dp_send(model->grad[t], dp->rank + 1, DOS_DP_TENSOR_GRAD, t);
+	return 0;
+}
+
+/* Submits step k + 1 into p: its micro-batches, the optimizer's step over their
+ * gradients, and the held-out evaluation when one is due after it. */
+static int submit_step(struct run *r, struct pending_step *p, uint64_t k)
+{
+	const struct dos_train_config *cfg = r->cfg;
+	int err = submit_microbatches(r, p, k);
+	if (err)
+		return err;
+	p->step = k + 1;
+	if ((err = _dos_optimizer_submit_step(r->opt, &p->report)))
+		return err;
+	/* The step has read the tensor gradients (gathered, or sent on); the next backward
+	 * writes them before reading them (its first micro-batch does not accumulate).
+	 * Dropped now, they cost nothing to evict: otherwise StarPU writes 4 B per parameter
+	 * of dead gradients back to the host whenever it needs GPU memory before that
+	 * backward. */
+	for (uint32_t t = 0; t < r->model.ntensors; t++)
+		starpu_data_invalidate_submit(r->model.grad[t]);
+	/* the held-out loss of the weights this step's refresh writes, read with its loss */
+	if (r->E && cfg->eval_every && ((k + 1) % cfg->eval_every == 0 || k + 1 == cfg->steps))
+		err = submit_evaluation(cfg, &r->corpus, &r->model, p, r->E, k);
+	return err;
 }
 
 /* The end of a submitted step, once its updates have run: the finiteness of the state
  * they wrote, then the step's loss and progress. */
-static int finish_step(const struct dos_train_config *cfg, struct dos_optimizer *opt, struct pending_step *q,
-		       double start, struct dos_train_output *out)
+static int finish_step(struct run *r, struct pending_step *q, double start, struct dos_train_output *out)
 {
+	const struct dos_train_config *cfg = r->cfg;
 	/* each rank checks the subgroups it updated; all stop when one finds a NaN (no value
 	 * is real in simulation: nothing to check or agree on) */
-	int err = check_update_finite(opt, &q->report, q->step);
-	if (DOS_VALUES_ARE_REAL && dos_dp_sum(err != 0) > 0)
+	int err = _dos_optimizer_check_update(r->opt, q->report.update, q->step);
+	if (DOS_VALUES_ARE_REAL && _dos_dp_sum(err != 0) > 0)
 		return err ? err
 			   : DOS_FAIL(-ERANGE,
 				      "after step %llu another rank's optimizer state is not finite; training stopped",
 				      (unsigned long long)q->step);
 	if (cfg->dp.rank != 0) /* rank 0 reads the job's losses and reports */
 		return 0;
-	uint32_t A = cfg->accumulation * (uint32_t)dos_dp_size(&cfg->dp),
-		 tokens = cfg->micro_batch * cfg->shape.seq_len;
-	double loss = collect_loss(q->loss, A, tokens), eval_loss = NAN;
+	double loss = collect_loss(q->loss, r->A, r->tokens), eval_loss = NAN;
 	if (q->evaluated)
-		eval_loss = collect_loss(q->eval_loss, q->evaluated, tokens);
+		eval_loss = collect_loss(q->eval_loss, q->evaluated, r->tokens);
 	q->evaluated = 0;
 	if (out && out->losses)
 		out->losses[q->step - 1] = loss;
@@ -323,121 +400,61 @@ static int finish_step(const struct dos_train_config *cfg, struct dos_optimizer 
 						.lr = q->report.lr,
 						.eval_loss = eval_loss,
 						.elapsed = now_seconds() - start,
-						.tokens = q->step * (uint64_t)tokens * A};
+						.tokens = q->step * (uint64_t)r->tokens * r->A};
 		cfg->on_step(cfg->on_step_arg, &pr);
 	}
 	return 0;
 }
 
-int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out)
+/* In a data-parallel job every rank saves its shard of the state (the directory must be
+ * shared by the ranks: a parallel file system on a cluster). */
+static int save_checkpoint(struct run *r, uint64_t steps_done)
+{
+	struct _dos_run_position at = {.steps_done = steps_done, .seed = r->cfg->seed, .data_rng = r->corpus.rng};
+	return _dos_optimizer_save(r->opt, r->cfg->checkpoint_dir, 2, &at, DOS_SAVE_CHECK_FLAGS, NULL, 0);
+}
+
+/* The outputs the caller asked for, once every task has ended. */
+static void write_outputs(struct run *r, struct dos_train_output *out)
+{
+	struct _dos_optimizer_info info;
+	_dos_optimizer_get_info(r->opt, &info);
+	out->skipped_steps = info.skipped_steps;
+	out->state_begin = info.state_begin;
+	out->state_len = info.state_len;
+	uint64_t b = info.state_begin;
+	_dos_optimizer_read_state(r->opt, out->master ? out->master + b : NULL, out->m ? out->m + b : NULL,
+				  out->v ? out->v + b : NULL);
+	struct dos_model *model = &r->model;
+	if (!out->weights || !DOS_VALUES_ARE_REAL)
+		return;
+	for (uint32_t t = 0; t < model->ntensors; t++)
+		starpu_data_acquire(model->weight[t], STARPU_R);
+	if (model->dtype == DOS_FP32)
+		memcpy(out->weights, model->weights, model->nparams * sizeof(float));
+	else /* widened exactly */
+		for (uint64_t i = 0; i < model->nparams; i++)
+			out->weights[i] = dos_load_elem(model->weights, i, model->dtype);
+	for (uint32_t t = 0; t < model->ntensors; t++)
+		starpu_data_release(model->weight[t]);
+}
+
+int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out)
 {
 	int err;
 	if (!cfg)
 		return DOS_FAIL(-EINVAL, "cfg is NULL");
-	if ((err = check_config(cfg)))
+	struct run r;
+	if ((err = check_config(cfg)) || (err = start_run(cfg, &r)))
 		return err;
-	uint64_t params = dos_model_param_count(&cfg->shape, NULL);
-	/* the global batch: micro-batches [first_mb, first_mb + accumulation) are this rank's */
-	const struct dos_data_parallel *dp = &cfg->dp;
-	int ranks = dos_dp_size(dp), reporter = dp->rank == 0;
-	if ((uint64_t)cfg->accumulation * (uint64_t)ranks > UINT32_MAX)
-		return DOS_FAIL(-EINVAL, "accumulation = %u micro-batches on each of %d ranks: too many per step",
-				cfg->accumulation, ranks);
-	uint32_t A = cfg->accumulation * (uint32_t)ranks, first_mb = cfg->accumulation * (uint32_t)dp->rank;
-	int chain = dp->exchange == DOS_DP_CHAIN; /* else each rank's gradients are its own (scatter.h) */
-	/* the loss handles of the step being read and the step being submitted; on the heap,
-	 * as up to 2^20 micro-batches per step would overflow the stack */
-	starpu_data_handle_t *loss_slots = calloc(2 * (size_t)A, sizeof *loss_slots);
-	if (!loss_slots)
-		return DOS_FAIL(-ENOMEM, "no memory for the loss handles of %u micro-batches", A);
-
-	struct dos_corpus corpus;
-	struct dos_model model;
-	struct dos_optimizer opt;
-	if ((err = dos_corpus_load(&corpus, cfg->data_path, cfg->shape.seq_len, cfg->seed))) {
-		free(loss_slots);
-		return err;
-	}
-	/* E held-out micro-batches per evaluation, their loss handles after the steps' */
-	uint32_t E = 0;
-	if (cfg->eval_fraction > 0) {
-		starpu_data_handle_t *grown = NULL;
-		if (!(err = dos_corpus_hold_out(&corpus, cfg->eval_fraction, cfg->micro_batch, cfg->shape.seq_len,
-						&E))) {
-			if (cfg->eval_batches && cfg->eval_batches < E)
-				E = cfg->eval_batches;
-			if (!(grown = realloc(loss_slots, 2 * ((size_t)A + E) * sizeof *loss_slots)))
-				err = DOS_FAIL(-ENOMEM, "no memory for the loss handles of %u held-out micro-batches",
-					       E);
-		}
-		if (err) {
-			dos_corpus_free(&corpus);
-			free(loss_slots);
-			return err;
-		}
-		loss_slots = grown;
-		memset(loss_slots + 2 * (size_t)A, 0, 2 * (size_t)E * sizeof *loss_slots);
-	}
-	if ((err = dos_model_create(&model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->opt.weight_dtype,
-				    cfg->checkpoint_activations, cfg->sched_ctx))) {
-		dos_corpus_free(&corpus);
-		free(loss_slots);
-		return err;
-	}
-	model.hook = cfg->hook;
-	model.hook_arg = cfg->hook_arg;
-	struct dos_optimizer_config oc = cfg->opt;
-	oc.sched_ctx = cfg->sched_ctx;
-	oc.dp = cfg->dp;
-	/* mixed precision: the model computes in the 16-bit weight dtype on 16-bit working
-	 * weights, which the refresh copies from the update's 16-bit weights; its gradients
-	 * stay fp32 (the micro-batches accumulate into them), narrowed by the gather */
-	oc.tensor_dtype = model.dtype;
-	oc.tensor_grad_dtype = DOS_FP32;
-	/* the master weights start from the exact fp32 initial values, which a 16-bit model
-	 * holds only rounded: generated once more here (never read under SimGrid) */
-	float *initial = model.dtype == DOS_FP32 ? model.weights : NULL;
-	if (!initial && DOS_VALUES_ARE_REAL) {
-		if (!(initial = malloc(model.nparams * sizeof(float))))
-			err = DOS_FAIL(-ENOMEM, "no memory for the %llu fp32 initial master weights",
-				       (unsigned long long)model.nparams);
-		else
-			dos_model_init_weights(&cfg->shape, cfg->seed, initial);
-	}
-	if (!err)
-		err = dos_optimizer_create(&opt, &oc, model.ntensors, model.numel, model.weight, model.grad,
-					   initial ? initial : (const float *)model.weights);
-	if (initial != model.weights)
-		free(initial);
-	if (err) {
-		dos_model_destroy(&model);
-		dos_corpus_free(&corpus);
-		free(loss_slots);
-		return err;
-	}
-	opt.hook = cfg->hook;
-	opt.hook_arg = cfg->hook_arg;
-
-	declare_gpu_memory(cfg, &model);
-	uint64_t first_step = 0;
-	if (cfg->resume && DOS_VALUES_ARE_REAL)
-		err = resume_from_checkpoint(cfg, &model, &opt, &corpus, &first_step);
-	if (dos_dp_sum(err != 0) > 0 && !err) /* every rank resumes, or none */
-		err = DOS_FAIL(-EIO, "--resume: another rank could not load its part of the checkpoint");
-	if (!err && first_step > 0)
-		dos_optimizer_rebuild_weights(&opt);
-	if (err) {
-		dos_optimizer_destroy(&opt);
-		dos_model_destroy(&model);
-		dos_corpus_free(&corpus);
-		free(loss_slots);
+	declare_gpu_memory(cfg, &r.model);
+	uint64_t first_step;
+	if ((err = resume(&r, &first_step))) {
+		end_run(&r);
 		return err;
 	}
 	if (out)
 		out->resumed_from = first_step;
-	uint32_t tokens = cfg->micro_batch * cfg->shape.seq_len;
-	struct pending_step pending[2] = {{.loss = loss_slots, .eval_loss = loss_slots + 2 * (size_t)A},
-					  {.loss = loss_slots + A, .eval_loss = loss_slots + 2 * (size_t)A + E}};
 	int have_pending = 0;
 	double start = now_seconds();
 	for (uint64_t k = first_step; k < cfg->steps && !err; k++) {
@@ -445,83 +462,26 @@ int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *o
 			starpu_task_wait_for_all();
 			cfg->before_last_step(cfg->before_last_step_arg);
 		}
-		struct pending_step *p = &pending[k % 2];
-		/* the loss gradient carries 1/(tokens * A) (a mean over the step's tokens) and
-		 * the loss scale */
-		float grad_scale = (float)(opt.loss_scale / ((double)tokens * A));
-		/* the sum of the gradients of the micro-batches before ours, which ours add to
-		 * (the chain; scattered, each rank's sum starts from its own micro-batches) */
-		if (chain && first_mb > 0)
-			for (uint32_t t = 0; t < model.ntensors; t++)
-				dos_dp_recv(model.grad[t], dp->rank - 1, DOS_DP_TENSOR_GRAD, t);
-		for (uint32_t g = 0; g < A && !err; g++) {
-			uint64_t loss_tag = g + (uint64_t)A * (k % 2);
-			if (g < first_mb || g >= first_mb + cfg->accumulation) {
-				dos_corpus_skip_batch(&corpus, cfg->micro_batch);
-				if (reporter) /* another rank's micro-batch: its losses come here */
-					receive_loss(&p->loss[g], tokens, (int)(g / cfg->accumulation), DOS_DP_LOSS,
-						     loss_tag);
-				continue;
-			}
-			starpu_data_handle_t ids, targets, loss;
-			if ((err = dos_corpus_next_batch(&corpus, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx,
-							 &ids, &targets)))
-				break;
-			if ((err = dos_model_submit_microbatch(&model, ids, targets, grad_scale,
-							       g > (chain ? 0 : first_mb), &loss)))
-				break;
-			deliver_loss(loss, reporter, &p->loss[g], DOS_DP_LOSS, loss_tag);
-		}
-		if (err)
-			break;
-		if (chain && first_mb + cfg->accumulation < A)
-			for (uint32_t t = 0; t < model.ntensors; t++)
-				dos_dp_send(model.grad[t], dp->rank + 1, DOS_DP_TENSOR_GRAD, t);
-		p->step = k + 1;
-		if ((err = dos_optimizer_submit_step(&opt, &p->report)))
-			break;
-		/* The step has read the tensor gradients (gathered, or sent on); the next
-		 * backward writes them before reading them (its first micro-batch does not
-		 * accumulate). Dropped now, they cost nothing to evict: otherwise StarPU writes
-		 * 4 B per parameter of dead gradients back to the host whenever it needs GPU
-		 * memory before that backward. */
-		for (uint32_t t = 0; t < model.ntensors; t++)
-			starpu_data_invalidate_submit(model.grad[t]);
-		/* the held-out loss of the weights this step's refresh writes, read with its loss */
-		if (E && cfg->eval_every && ((k + 1) % cfg->eval_every == 0 || k + 1 == cfg->steps) &&
-		    (err = submit_evaluation(cfg, &corpus, &model, p, E, k)))
+		struct pending_step *p = &r.pending[k % 2];
+		if ((err = submit_step(&r, p, k)))
 			break;
 		/* the previous step while this one runs: first whether its updates left the state
 		 * finite (before anything can save it), then its loss */
-		if (have_pending && (err = finish_step(cfg, &opt, &pending[(k + 1) % 2], start, out)))
+		if (have_pending && (err = finish_step(&r, &r.pending[(k + 1) % 2], start, out)))
 			break;
 		have_pending = 1;
 		if (cfg->checkpoint_dir && DOS_VALUES_ARE_REAL &&
 		    (k + 1 == cfg->steps || (cfg->checkpoint_every && (k + 1) % cfg->checkpoint_every == 0)) &&
-		    (err = save_checkpoint(cfg, &model, &opt, &corpus, &p->report, k + 1)))
+		    (err = save_checkpoint(&r, k + 1)))
 			break;
-		if (k + 1 == cfg->steps && (err = finish_step(cfg, &opt, p, start, out)))
+		if (k + 1 == cfg->steps && (err = finish_step(&r, p, start, out)))
 			break;
 	}
 	starpu_task_wait_for_all();
-	for (size_t i = 0; i < 2 * ((size_t)A + E); i++) /* left by an error */
-		if (loss_slots[i])
-			starpu_data_unregister(loss_slots[i]);
-	free(loss_slots);
 	if (out) {
 		out->seconds = now_seconds() - start;
-		out->skipped_steps = opt.skipped_steps;
-		out->state_begin = opt.state_begin;
-		out->state_len = opt.state_len;
-		uint32_t f = opt.own_first, e = opt.own_end;
-		uint64_t b = opt.state_begin, n = opt.state_len;
-		copy_home(opt.master_h, f, e, opt.master, DOS_FP32, out->master ? out->master + b : NULL, n);
-		copy_home(opt.m_h, f, e, opt.m, DOS_FP32, out->m ? out->m + b : NULL, n);
-		copy_home(opt.v_h, f, e, opt.v, DOS_FP32, out->v ? out->v + b : NULL, n);
-		copy_home(model.weight, 0, model.ntensors, model.weights, model.dtype, out->weights, params);
+		write_outputs(&r, out);
 	}
-	dos_optimizer_destroy(&opt);
-	dos_model_destroy(&model);
-	dos_corpus_free(&corpus);
+	end_run(&r);
 	return err;
 }

@@ -4,7 +4,7 @@
 #ifndef DOS_TRAIN_H
 #define DOS_TRAIN_H
 
-#include "iteration.h"
+#include "optimizer.h"
 #include "model.h"
 
 struct dos_train_progress {
@@ -34,7 +34,7 @@ struct dos_train_config {
 	uint64_t eval_every;
 	double eval_fraction;
 	uint32_t eval_batches; /* micro-batches per evaluation, at most what is held out; 0: all */
-	struct dos_optimizer_config opt;
+	struct _dos_optimizer_config opt;
 	unsigned sched_ctx;
 	/* a data-parallel job (graph/data_parallel.h): the global batch of a step is
 	 * accumulation micro-batches on each rank, rank r taking the r-th share of the batch
@@ -53,7 +53,7 @@ struct dos_train_config {
 	void (*on_step)(void *arg, const struct dos_train_progress *progress);
 	void *on_step_arg;
 	/* optional: every task before submission */
-	dos_task_hook hook;
+	_dos_task_hook hook;
 	void *hook_arg;
 	/* optional: called before the last step is submitted, once every earlier task has
 	 * ended (dos-train starts its timeline of the last iteration there) */
@@ -78,6 +78,6 @@ struct dos_train_output {
  * naming the bad setting and its value, data-file errors, -ENOMEM naming what could not
  * be allocated, -ERANGE when the optimizer state stops being finite; the message is in
  * dos_last_error(). A refused configuration leaves *out untouched. */
-int dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out);
+int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out);
 
 #endif /* DOS_TRAIN_H */

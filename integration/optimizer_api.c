@@ -1,6 +1,8 @@
-/* The embedding API of include/dos.h (dos_opt_*): an application's tensors handed to the
- * optimizer of graph/iteration.c, in a StarPU that the application or this file started,
- * with per-task records of where each update ran and how long each phase took. */
+/* The embedding API of include/dos.h (dos_opt_*): a thin facade over the optimizer of
+ * graph/optimizer.c, which owns the state, the step's tasks and the checkpoints. Here:
+ * the application's tensors (its handles, or buffers registered here), StarPU joined or
+ * started, per-task records of where each update ran and how long each phase took, and
+ * the throttle that keeps an application within the steps the dos policy plans ahead. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -11,12 +13,10 @@
 
 #include "checkpoint.h"
 #include "codelet_util.h"
-#include "codelets.h"
 #include "dos.h"
 #include "errors.h"
-#include "flat.h"
-#include "iteration.h"
 #include "numerics.h"
+#include "optimizer.h"
 #include "planner.h"
 
 /* Optimizers alive in a StarPU that dos_opt_create started: the last one destroyed shuts
@@ -46,8 +46,8 @@ struct task_record {
 };
 
 struct dos_opt {
-	struct dos_optimizer inner;
-	uint32_t ntensors;
+	struct _dos_optimizer *inner;
+	uint32_t ntensors, nsubgroups;
 	uint64_t *numel;
 	starpu_data_handle_t *weight, *grad; /* [ntensors], handed to inner */
 	int *weight_node, *grad_node;        /* home node of the handles registered here, else -1 */
@@ -55,9 +55,8 @@ struct dos_opt {
 	int own_ctx;     /* created here, deleted by destroy */
 	int owns_starpu; /* counted in owned_starpu_users */
 	uint64_t steps_submitted;
-	/* the hook's view of the step being submitted (submitting thread only) */
+	/* the step being submitted, for the hook (submitting thread only) */
 	struct step_account *submitting;
-	uint32_t gathers_seen, updates_seen;
 	/* guards what the task records update from the workers */
 	starpu_pthread_mutex_t lock;
 	starpu_pthread_cond_t progress; /* a task or a step ended */
@@ -151,31 +150,40 @@ static void task_ended(void *arg)
 	free(r);
 }
 
+/* The public phase of one of the optimizer's tasks: the one place that maps the phases
+ * its submitters name (graph/phase.h) onto enum dos_opt_phase, whose values are ABI. A
+ * weight rebuild's casts are part of the refresh. */
+static enum dos_opt_phase public_phase(enum _dos_task_phase phase)
+{
+	switch (phase) {
+	case DOS_TASK_GATHER:
+		return DOS_PHASE_GATHER;
+	case DOS_TASK_STATISTICS:
+		return DOS_PHASE_STATS;
+	case DOS_TASK_UPDATE:
+		return DOS_PHASE_UPDATE;
+	case DOS_TASK_REFRESH:
+		return DOS_PHASE_REFRESH;
+	default:
+		STARPU_ASSERT_MSG(0, "the optimizer submitted a task of the %s phase", _dos_task_phase_name(phase));
+		return DOS_PHASE_REFRESH;
+	}
+}
+
 /* The optimizer's task hook (called on the submitting thread for every task, before its
- * submission): which phase the task belongs to, and the callbacks that record it. The
- * builder submits a step's gathers in subgroup order, then its statistics, updates in
- * subgroup order, and refreshes: the destination handle tells a gather from a refresh. */
-static void record_task(void *arg, struct starpu_task *task)
+ * submission, with the phase and subgroup its submitter names): the callbacks that
+ * record the task. */
+static void record_task(void *arg, struct starpu_task *task, enum _dos_task_phase phase, uint32_t subgroup)
 {
 	struct dos_opt *opt = arg;
 	struct task_record *r = malloc(sizeof *r);
 	STARPU_ASSERT_MSG(r, "out of memory recording an optimizer task");
-	*r = (struct task_record){.opt = opt, .account = opt->submitting, .start_us = NAN};
-	uint32_t nsub = opt->inner.map.nsubgroups;
-	if (task->cl == &_dos_adam_codelet) {
-		r->phase = DOS_PHASE_UPDATE;
-		r->subgroup = opt->updates_seen++;
-		STARPU_ASSERT(r->subgroup < nsub &&
-			      STARPU_TASK_GET_HANDLE(task, 0) == opt->inner.master_h[r->subgroup]);
-	} else if (task->cl == &_dos_grad_stats_codelet) {
-		r->phase = DOS_PHASE_STATS;
-	} else if (task->cl == &_dos_flat_copy_codelet && opt->gathers_seen < nsub &&
-		   STARPU_TASK_GET_HANDLE(task, 0) == opt->inner.grad_h[opt->gathers_seen]) {
-		r->phase = DOS_PHASE_GATHER;
-		opt->gathers_seen++;
-	} else {
-		r->phase = DOS_PHASE_REFRESH; /* the refreshes, and the casts of a weight rebuild */
-	}
+	*r = (struct task_record){.opt = opt,
+				  .account = opt->submitting,
+				  .phase = public_phase(phase),
+				  .subgroup = subgroup,
+				  .start_us = NAN};
+	STARPU_ASSERT(r->phase != DOS_PHASE_UPDATE || subgroup < opt->nsubgroups);
 	r->pop_callback = task->prologue_callback_pop_func;
 	r->pop_arg = task->prologue_callback_pop_arg;
 	r->end_callback = task->epilogue_callback_func;
@@ -323,7 +331,7 @@ static void read_initial_weights(const struct dos_opt *opt, enum dos_dtype dtype
 static void teardown(struct dos_opt *opt, int inner_made, int lock_made)
 {
 	if (inner_made)
-		dos_optimizer_destroy(&opt->inner);
+		_dos_optimizer_destroy(opt->inner);
 	for (uint32_t t = 0; t < opt->ntensors; t++) {
 		if (opt->weight_node && opt->weight_node[t] >= 0)
 			starpu_data_unregister(opt->weight[t]);
@@ -417,7 +425,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 	uint64_t nparams = 0;
 	for (uint32_t t = 0; t < ntensors; t++)
 		nparams += tensors[t].numel;
-	struct dos_optimizer_config oc = {
+	struct _dos_optimizer_config oc = {
 		.subgroup_size = cfg->subgroup_size < nparams ? cfg->subgroup_size : nparams,
 		.weight_dtype = cfg->weight_dtype,
 		.grad_dtype = cfg->grad_dtype,
@@ -430,7 +438,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 		.loss_scale_init = cfg->loss_scale_init,
 		.loss_scale_window = cfg->loss_scale_window,
 	};
-	if ((err = dos_optimizer_config_check(&oc, nparams)))
+	if ((err = _dos_optimizer_config_check(&oc, nparams)))
 		return err;
 
 	struct dos_opt *opt = calloc(1, sizeof *opt);
@@ -472,19 +480,22 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 	}
 	read_initial_weights(opt, cfg->tensor_dtype, initial);
 	oc.sched_ctx = opt->sched_ctx;
-	err = dos_optimizer_create(&opt->inner, &oc, ntensors, opt->numel, opt->weight, opt->grad, initial);
+	oc.hook = record_task;
+	oc.hook_arg = opt;
+	err = _dos_optimizer_create(&opt->inner, &oc, ntensors, opt->numel, opt->weight, opt->grad, initial);
 	free(initial);
 	if (err) {
 		teardown(opt, 0, 1);
 		return err;
 	}
-	opt->placement = calloc(opt->inner.map.nsubgroups, sizeof *opt->placement);
+	struct _dos_optimizer_info info;
+	_dos_optimizer_get_info(opt->inner, &info);
+	opt->nsubgroups = info.nsubgroups;
+	opt->placement = calloc(opt->nsubgroups, sizeof *opt->placement);
 	if (!opt->placement) {
 		teardown(opt, 1, 1);
-		return DOS_FAIL(-ENOMEM, "no memory for %u subgroups", opt->inner.map.nsubgroups);
+		return DOS_FAIL(-ENOMEM, "no memory for %u subgroups", opt->nsubgroups);
 	}
-	opt->inner.hook = record_task;
-	opt->inner.hook_arg = opt;
 	/* what the application keeps on the GPU, so that the dos plan leaves it room (the
 	 * optimizer's gradient and 16-bit weight copies live from their producer to their
 	 * consumer only, and the policy measures that span) */
@@ -522,9 +533,8 @@ int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
 	opt->steps_in_flight++;
 	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
 	opt->submitting = a;
-	opt->gathers_seen = opt->updates_seen = 0;
-	struct dos_step_report r;
-	int err = dos_optimizer_submit_step(&opt->inner, &r);
+	struct _dos_step_report r;
+	int err = _dos_optimizer_submit_step(opt->inner, &r);
 	opt->submitting = NULL;
 	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
 	publish_if_done(opt, a);
@@ -545,7 +555,7 @@ int dos_opt_set_lr(dos_opt_t opt, double lr)
 {
 	if (!opt)
 		return DOS_FAIL(-EINVAL, "opt is NULL");
-	return dos_optimizer_set_lr(&opt->inner, lr);
+	return _dos_optimizer_set_lr(opt->inner, lr);
 }
 
 int dos_opt_wait(dos_opt_t opt)
@@ -568,15 +578,16 @@ int dos_opt_get_info(dos_opt_t opt, struct dos_opt_info *out)
 {
 	if (!opt || !out)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, out %p)", (void *)opt, (void *)out);
-	const struct dos_optimizer *in = &opt->inner;
-	*out = (struct dos_opt_info){.nparams = in->map.nparams,
-				     .subgroup_size = in->map.subgroup_size,
-				     .ntensors = in->map.ntensors,
-				     .nsubgroups = in->map.nsubgroups,
+	struct _dos_optimizer_info in;
+	_dos_optimizer_get_info(opt->inner, &in);
+	*out = (struct dos_opt_info){.nparams = in.nparams,
+				     .subgroup_size = in.subgroup_size,
+				     .ntensors = in.ntensors,
+				     .nsubgroups = in.nsubgroups,
 				     .steps_submitted = opt->steps_submitted,
-				     .updates_applied = in->step,
-				     .skipped_steps = in->skipped_steps,
-				     .loss_scale = in->loss_scale,
+				     .updates_applied = in.updates,
+				     .skipped_steps = in.skipped_steps,
+				     .loss_scale = in.loss_scale,
 				     .sched_ctx = opt->sched_ctx,
 				     .owns_starpu = opt->owns_starpu};
 	return 0;
@@ -586,9 +597,8 @@ int dos_opt_get_placements(dos_opt_t opt, enum dos_device *where, uint32_t count
 {
 	if (!opt || !where)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, where %p)", (void *)opt, (void *)where);
-	if (count != opt->inner.map.nsubgroups)
-		return DOS_FAIL(-EINVAL, "count = %u but the optimizer has %u subgroups", count,
-				opt->inner.map.nsubgroups);
+	if (count != opt->nsubgroups)
+		return DOS_FAIL(-EINVAL, "count = %u but the optimizer has %u subgroups", count, opt->nsubgroups);
 	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
 	memcpy(where, opt->placement, count * sizeof *where);
 	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
@@ -611,39 +621,16 @@ int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_
 		return DOS_FAIL(-EINVAL, "opt is NULL");
 	if (!master && !m && !v)
 		return DOS_FAIL(-EINVAL, "master, m and v are all NULL: nothing to read");
-	if (count != opt->inner.map.nparams)
+	struct _dos_optimizer_info info;
+	_dos_optimizer_get_info(opt->inner, &info);
+	if (count != info.nparams)
 		return DOS_FAIL(-EINVAL, "count = %llu but the optimizer has %llu parameters",
-				(unsigned long long)count, (unsigned long long)opt->inner.map.nparams);
-	dos_optimizer_hold_state(&opt->inner, STARPU_R);
-	float *to[] = {master, m, v};
-	const float *from[] = {opt->inner.master, opt->inner.m, opt->inner.v};
-	for (int i = 0; i < 3; i++)
-		if (to[i])
-			memcpy(to[i], from[i], count * sizeof(float));
-	dos_optimizer_release_state(&opt->inner);
+				(unsigned long long)count, (unsigned long long)info.nparams);
+	_dos_optimizer_read_state(opt->inner, master, m, v);
 	return 0;
 }
 
 /* ---- checkpoints ---------------------------------------------------------------------- */
-
-/* The checkpoint's description of the optimizer now (no data loader here: seed and
- * data_rng stay 0). */
-static struct dos_checkpoint_meta checkpoint_meta(const struct dos_opt *opt)
-{
-	const struct dos_optimizer *in = &opt->inner;
-	return (struct dos_checkpoint_meta){.nparams = in->map.nparams,
-					    .subgroup_size = in->map.subgroup_size,
-					    .ntensors = in->map.ntensors,
-					    .numel = opt->numel,
-					    .weight_dtype = in->cfg.weight_dtype,
-					    .grad_dtype = in->cfg.grad_dtype,
-					    .step = in->step,
-					    .skipped_steps = in->skipped_steps,
-					    .steps_done = opt->steps_submitted,
-					    .loss_scale = in->loss_scale,
-					    .good_steps = in->good_steps,
-					    .hp = in->cfg.hp};
-}
 
 int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, size_t path_size)
 {
@@ -651,14 +638,11 @@ int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, 
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, dir %p)", (void *)opt, (const void *)dir);
 	if (keep == 0)
 		return DOS_FAIL(-EINVAL, "keep = 0: keep at least the checkpoint being written");
-	dos_optimizer_hold_state(&opt->inner, STARPU_R);
-	struct dos_checkpoint_meta meta = checkpoint_meta(opt);
-	int err = dos_optimizer_check_finite(&opt->inner, opt->steps_submitted);
-	if (!err)
-		err = dos_checkpoint_save(dir, &meta, opt->inner.master, opt->inner.m, opt->inner.v, keep, path_out,
-					  path_out ? path_size : 0);
-	dos_optimizer_release_state(&opt->inner);
-	return err;
+	/* no data loader here: the position is the steps submitted; the state may have been
+	 * loaded or be older than the updates' flags, so its values are checked */
+	struct _dos_run_position at = {.steps_done = opt->steps_submitted};
+	return _dos_optimizer_save(opt->inner, dir, keep, &at, DOS_SAVE_CHECK_VALUES, path_out,
+				   path_out ? path_size : 0);
 }
 
 int dos_opt_load(dos_opt_t opt, const char *path)
@@ -667,27 +651,18 @@ int dos_opt_load(dos_opt_t opt, const char *path)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, path %p)", (void *)opt, (const void *)path);
 	/* the last refreshes still read the state: they must see the old one */
 	wait_idle(opt);
-	/* read-write and home: the loaded values replace every copy, wherever it is */
-	dos_optimizer_hold_state(&opt->inner, STARPU_RW);
-	struct dos_checkpoint_meta expect = checkpoint_meta(opt), got;
-	int err = dos_checkpoint_load(path, &expect, &got, opt->inner.master, opt->inner.m, opt->inner.v);
-	if (!err) {
-		opt->inner.step = got.step;
-		opt->inner.skipped_steps = got.skipped_steps;
-		opt->inner.loss_scale = got.loss_scale;
-		opt->inner.good_steps = got.good_steps;
-		opt->steps_submitted = got.steps_done;
-	}
-	dos_optimizer_release_state(&opt->inner);
+	struct _dos_run_position at;
+	int err = _dos_optimizer_load(opt->inner, path, &at);
 	if (err)
 		return err;
-	dos_optimizer_rebuild_weights(&opt->inner);
+	opt->steps_submitted = at.steps_done;
+	_dos_optimizer_rebuild_weights(opt->inner);
 	return 0;
 }
 
 int dos_opt_latest_checkpoint(const char *dir, char *path, size_t path_size)
 {
-	return dos_checkpoint_latest(dir, path, path_size);
+	return _dos_checkpoint_latest(dir, path, path_size);
 }
 
 void dos_opt_destroy(dos_opt_t opt)

@@ -15,8 +15,8 @@
  *
  * Why this measure and not StarPU's memory counters: starpu_memory_get_used counts
  * StarPU's cache of freed buffers and every clean copy it has not needed to evict, so on
- * a busy GPU it reads "full" whatever the application needs (seen: 150.1 of 150.7 GB
- * at every plan of the simulated 7b model, which declares 68.8 GB of its own); and
+ * a busy GPU it reads "full" whatever the application needs
+ * (results/whole-iteration-sim-2026-11-29.md); and
  * querying each handle's allocation later would touch handles the application may have
  * unregistered since. Here a handle is only looked at by the hook of a task that uses
  * it, and the same in the real and the SimGrid builds (times are StarPU's clock). */

@@ -1,5 +1,5 @@
 /* The best achievable update-phase time for a step, against which every measured time
- * is printed. It extends the f* / T* model of the notes with GPU memory: in steady state
+ * is printed. It extends the f* / T* model (docs/background.md) with GPU memory: in steady state
  * a resident share p_r of the parameters (at most what the budget holds) costs GPU time
  * but no state transfer, a transient share p_x costs GPU time and its state both ways,
  * the rest p_c costs CPU time; the four resources (CPU workers together, GPU, each link

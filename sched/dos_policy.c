@@ -1,8 +1,10 @@
 /* The dos scheduling policy and its static baselines, as StarPU policies.
  *
- * Any task: earliest finish time over the workers of the context, from StarPU's
- * perfmodels and transfer predictions, with per-worker queues and input prefetch (the
- * sane default of dmda, for tasks we know nothing special about).
+ * Any task: per-worker queues (worker_queues.c): earliest finish time over the workers
+ * of the context, from StarPU's perfmodels and transfer predictions, with input prefetch
+ * (dmda's rule, for tasks we know nothing special about); queue length where no model
+ * predicts, with idle workers taking such tasks from others; priority order within a
+ * queue; parallel tasks on combined workers.
  *
  * dos_adam tasks (subgroup updates): placed by a plan made once per step. submit_hook
  * collects every update task of a step as it is submitted, before its gradients are
@@ -29,6 +31,7 @@
  * they differ only in the placement rule. One GPU (the first CUDA worker) is planned for;
  * further GPUs take other work by earliest finish time. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,15 +48,16 @@
 #include "planner.h"
 #include "errors.h"
 #include "rates.h"
+#include "worker_queues.h"
 
 enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
 
-/* Updates of the planned step, in plan order, whose inputs (buffers first..last) are
- * fetched to `node` `ahead` tasks ahead of the workers that run them: each update that
- * ends starts the next fetch, so transfers run ahead of the work without taking more
- * memory than the plan allows.
- * Two kinds of fetch. The state (buffers 0-2, the optimizer's own) and inputs with a home
- * node are fetched by handle as soon as the window reaches them, even before the update
+/* Updates of the planned step, in plan order, whose inputs (buffers first..last, of enum
+ * _dos_adam_buffer) are fetched to `node` `ahead` tasks ahead of the workers that run
+ * them: each update that ends starts the next fetch, so transfers run ahead of the work
+ * without taking more memory than the plan allows.
+ * Two kinds of fetch. The state (the optimizer's own) and inputs with a home node are
+ * fetched by handle as soon as the window reaches them, even before the update
  * is ready (staged state during backward). A gradient or 16-bit weights with no home is
  * data the step produces and may drop once consumed (the training graph does, so that
  * StarPU never writes dead data back), and StarPU refuses a handle prefetch once such a
@@ -138,9 +142,8 @@ struct policy {
 	 * several cores sharing memory bandwidth finishes first) */
 	starpu_pthread_mutex_t pool_lock;
 	struct starpu_task_list cpu_pool;
-	/* per-worker queues, each guarded by its worker's scheduling mutex */
-	struct starpu_task_list queue[STARPU_NMAXWORKERS];
-	double queued_us[STARPU_NMAXWORKERS];
+	/* every other task, and GPU-planned updates: per-worker queues (worker_queues.c) */
+	struct dos_worker_queues queues;
 	struct dos_sched_stats stats;
 };
 
@@ -152,6 +155,12 @@ struct policy {
 #define TAG_PLACEMENT(d) ((enum dos_placement)(((uintptr_t)(d)&0xff) - 1))
 #define TAG_INDEX(d) ((int)(((uintptr_t)(d) >> 8) & 0xffffff))
 #define TAG_GENERATION(d) ((uint32_t)((uint64_t)(uintptr_t)(d) >> 32))
+
+/* Updates placed by a plan keep their order in a queue and stay on their worker. */
+static int is_planned_update(const struct starpu_task *task)
+{
+	return task->cl == &_dos_adam_codelet && task->sched_data != NULL;
+}
 
 static double seconds_now(void)
 {
@@ -218,8 +227,13 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 	STARPU_PTHREAD_MUTEX_INIT(&p->plan_lock, NULL);
 	STARPU_PTHREAD_MUTEX_INIT(&p->pool_lock, NULL);
 	starpu_task_list_init(&p->cpu_pool);
-	for (int w = 0; w < STARPU_NMAXWORKERS; w++)
-		starpu_task_list_init(&p->queue[w]);
+	_dos_queues_init(&p->queues, is_planned_update);
+	/* The queues honour any priority: unless the application set a range, StarPU would
+	 * clamp every task's priority to the default one, [0, 0] (lws and dmdas do the same). */
+	if (!starpu_sched_ctx_min_priority_is_set(sched_ctx))
+		starpu_sched_ctx_set_min_priority(sched_ctx, INT_MIN);
+	if (!starpu_sched_ctx_max_priority_is_set(sched_ctx))
+		starpu_sched_ctx_set_max_priority(sched_ctx, INT_MAX);
 	starpu_sched_ctx_set_policy_data(sched_ctx, p);
 }
 
@@ -263,6 +277,7 @@ static void deinit_policy(unsigned sched_ctx)
 			p->stats.calibrated ? "" : " (uncalibrated)");
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->plan_lock);
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->pool_lock);
+	_dos_queues_destroy(&p->queues);
 	for (int i = 0; i < STEP_SLOTS; i++)
 		free(p->steps[i].tasks);
 	free(p->deferred.at);
@@ -339,8 +354,8 @@ static void submit_hook(struct starpu_task *task)
 	 * application's data: its GPU copy lives from the task that makes it there (the
 	 * gather, the GPU update) to the last that uses it (the update, the refresh), which
 	 * post_exec_hook records for the update. */
-	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		if (b < 3 || home_is_gpu(STARPU_TASK_GET_HANDLE(task, b)))
+	for (int b = 0; b < _dos_adam_step_data_end(task); b++)
+		if (b < DOS_ADAM_STATE_BUFFERS || home_is_gpu(STARPU_TASK_GET_HANDLE(task, b)))
 			_dos_app_memory_exclude(&p->app_memory, STARPU_TASK_GET_HANDLE(task, b));
 	unlock_plan(p);
 }
@@ -356,7 +371,7 @@ static int on_gpu(starpu_data_handle_t h, int gpu)
  * still have to cross the link). */
 static int state_on_gpu(struct starpu_task *update, int gpu)
 {
-	for (int b = 0; b < 3; b++)
+	for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
 		if (!on_gpu(STARPU_TASK_GET_HANDLE(update, b), gpu))
 			return 0;
 	return 1;
@@ -378,8 +393,8 @@ static int has_valid_copy(starpu_data_handle_t h)
 
 /* Prefetches decided under the plan lock are issued after it is released: a prefetch can
  * complete at once and release a task that depends on the data, which StarPU then pushes,
- * from this very thread, into push_task, which takes the plan lock (a self-deadlock seen
- * with resumed training). */
+ * from this very thread, into push_task, which takes the plan lock: the thread would wait
+ * for itself. */
 static void defer_prefetch(struct policy *p, starpu_data_handle_t h, unsigned node, int prio, int idle)
 {
 	struct deferred_prefetches *d = &p->deferred;
@@ -398,8 +413,7 @@ static void defer_prefetch(struct policy *p, starpu_data_handle_t h, unsigned no
  * a worker thread: there the worker is inside a scheduling operation, and a prefetch that
  * completes at once releases the next task waiting for that data (the next step's gather
  * waits to overwrite a gradient), which StarPU pushes from this same thread, nested: it
- * asserts (!state_sched_op_pending). Seen with an application submitting steps ahead
- * beside its own policy (examples/host_app). Those prefetches wait for the next pre- or
+ * asserts (!state_sched_op_pending). Those prefetches wait for the next pre- or
  * post-execution hook of one of our tasks, which run outside any scheduling operation. */
 static void issue_deferred_prefetches(struct policy *p)
 {
@@ -466,7 +480,7 @@ static int window_add(struct fetch_window *w, struct starpu_task *task)
 	*e = (struct fetch_entry){.task = task};
 	for (int b = w->first_buffer; b <= w->last_buffer && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
 		starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
-		if (b < 3 || starpu_data_get_home_node(h) >= 0)
+		if (b < DOS_ADAM_STATE_BUFFERS || starpu_data_get_home_node(h) >= 0)
 			e->handle[e->nhandles++] = h;
 		else
 			e->fetch_task_inputs = 1;
@@ -488,7 +502,7 @@ static double gpu_homed_inputs_bytes(const struct step_tasks *s)
 {
 	double bytes = 0;
 	for (int i = 0; i < s->n; i++)
-		for (int b = 3; b < (int)STARPU_TASK_GET_NBUFFERS(s->tasks[i]); b++)
+		for (int b = DOS_ADAM_BUF_GRAD; b < _dos_adam_step_data_end(s->tasks[i]); b++)
 			if (home_is_gpu(STARPU_TASK_GET_HANDLE(s->tasks[i], b)))
 				bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(s->tasks[i], b));
 	return bytes;
@@ -521,8 +535,8 @@ static double app_memory_forecast(struct policy *p, double *update_extra)
 /* State the previous plan kept resident that StarPU has evicted since (to make room for
  * data the forecast did not foresee): the forecast was short by that much, and stays
  * raised by the largest such shortfall for the rest of the run (plan lock held). The
- * largest, not the sum: StarPU also evicts for reasons of its own (on the simulated
- * full 7b h200 one subgroup goes every step, whatever the plan), and a sum would shrink
+ * largest, not the sum: StarPU also evicts for reasons of its own (some subgroup every
+ * step on a nearly full GPU, whatever the plan), and a sum would shrink
  * the budget by that much every step until no state is left on the GPU. Subgroups are
  * matched by their position in the step, which a training loop keeps. */
 static void learn_from_evictions(struct policy *p, const struct step_tasks *s, const struct dos_plan_subgroup *sg)
@@ -537,12 +551,13 @@ static void learn_from_evictions(struct policy *p, const struct step_tasks *s, c
 		p->eviction_margin_bytes = fmax(p->eviction_margin_bytes, evicted);
 }
 
-/* Plans the updates of s (plan lock held). */
-static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx)
+/* The cost model of step s's plan (plan lock held): the machine as StarPU measures it
+ * (rates.c), with the GPU memory left after the forecast of what the application keeps
+ * there, and what the rest of the iteration leaves of the GPU and the link. Ends the
+ * iteration measured since the previous plan. */
+static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sched_ctx, int gpu,
+		       const struct dos_plan_subgroup *sg, struct dos_machine_costs *m, int *calibrated)
 {
-	double t0 = seconds_now();
-	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
-	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
 	struct starpu_task *first = s->tasks[0];
 	uint64_t step;
 	enum dos_dtype gt, wt;
@@ -551,55 +566,56 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	struct dos_data_homes homes = {
 		.grad_bytes_per_param = (double)dos_dtype_size(gt),
 		.weight_bytes_per_param = wt == DOS_FP32 ? 0.0 : 2.0,
-		.grads_on_gpu = home_is_gpu(STARPU_TASK_GET_HANDLE(first, 3)),
-		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(STARPU_TASK_GET_HANDLE(first, 4)),
+		.grads_on_gpu = home_is_gpu(STARPU_TASK_GET_HANDLE(first, DOS_ADAM_BUF_GRAD)),
+		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(STARPU_TASK_GET_HANDLE(first, DOS_ADAM_BUF_WEIGHT16)),
 	};
-	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
-	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
-	STARPU_ASSERT_MSG(sg && place, "out of memory planning %d subgroups", s->n);
-	for (int i = 0; i < s->n; i++) {
-		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], 0);
-		sg[i].params = (double)starpu_vector_get_nx(master);
-		sg[i].resident_now = state_on_gpu(s->tasks[i], gpu);
-	}
-	/* The iteration measured since the previous plan ends here. */
 	_dos_app_memory_plan(&p->app_memory, starpu_timing_now() * 1e-6);
 	learn_from_evictions(p, s, sg);
 	double update_extra;
 	double app = app_memory_forecast(p, &update_extra);
-	struct dos_machine_costs m;
-	int calibrated;
 	_dos_measure_costs(first, sched_ctx, &homes,
-			   app + p->eviction_margin_bytes + p->declared_reserve_bytes + gpu_homed_inputs_bytes(s), &m,
-			   &calibrated);
-	m.gpu_update_extra_bytes = update_extra;
+			   app + p->eviction_margin_bytes + p->declared_reserve_bytes + gpu_homed_inputs_bytes(s), m,
+			   calibrated);
+	m->gpu_update_extra_bytes = update_extra;
 	/* The rest of the iteration: the GPU's application work queued now (StarPU's
 	 * predictions of the tasks in its queue; read without its lock: a hint) comes before
 	 * any update placed there; and the link idles while the GPU runs the application
 	 * outside the update window (the last iteration's, half of it kept for the
 	 * application's own transfers), which can carry state becoming resident. */
-	m.gpu_busy_ahead_seconds = gpu >= 0 ? p->queued_us[gpu] * 1e-6 : 0.0;
+	m->gpu_busy_ahead_seconds = gpu >= 0 ? p->queues.of[gpu].queued_us * 1e-6 : 0.0;
 	const struct dos_app_forecast *f = &p->app_memory.last;
 	double idle_link = fmin(f->gpu_busy_seconds, f->iteration_seconds - f->update_window_seconds);
-	m.promote_bytes = f->learned && idle_link > 0 ? 0.5 * idle_link * m.h2d_bytes_per_second : 0.0;
-	if (gpu < 0 || p->rule == RULE_ALL_CPU)
-		_dos_plan_all_cpu(s->n, place);
-	else if (p->rule == RULE_STRIDE)
-		_dos_plan_stride(s->n, p->stride_k, place);
-	else if (p->rule == RULE_RESIDENT)
-		_dos_plan_resident(s->n, p->resident_ratio, place);
-	else
-		_dos_plan_step(&m, sg, s->n, place);
+	m->promote_bytes = f->learned && idle_link > 0 ? 0.5 * idle_link * m->h2d_bytes_per_second : 0.0;
+}
 
-	/* Prefetch now the state the plan newly keeps resident (it fits by construction);
-	 * the staged subgroups' state and gradient, and the resident ones' gradients, go
-	 * through fetch windows: fetching every staged state at once would overflow the
-	 * budget and make StarPU evict state it still needs (what dmda does). */
+/* Where each of the n subgroups goes: the policy's placement rule. */
+static void place_subgroups(const struct policy *p, int gpu, const struct dos_machine_costs *m,
+			    const struct dos_plan_subgroup *sg, int n, enum dos_placement *place)
+{
+	if (gpu < 0 || p->rule == RULE_ALL_CPU)
+		_dos_plan_all_cpu(n, place);
+	else if (p->rule == RULE_STRIDE)
+		_dos_plan_stride(n, p->stride_k, place);
+	else if (p->rule == RULE_RESIDENT)
+		_dos_plan_resident(n, p->resident_ratio, place);
+	else
+		_dos_plan_step(m, sg, n, place);
+}
+
+/* Tags each update with its placement and starts the transfers of the plan (plan lock
+ * held); returns the number of updates placed on the GPU. The state the plan newly keeps
+ * resident is prefetched now (it fits by construction); the staged subgroups' state and
+ * gradient, and the resident ones' gradients, go through fetch windows: fetching every
+ * staged state at once would overflow the budget and make StarPU evict state it still
+ * needs (what dmda does). */
+static int start_transfers(struct policy *p, struct step_tasks *s, const struct dos_plan_subgroup *sg,
+			   const enum dos_placement *place, const struct dos_machine_costs *m)
+{
 	int ngpu = 0;
 	p->generation++;
-	window_reset(&p->staged, s->n, 0, 3, p->gpu_node);
-	window_reset(&p->resident, s->n, 3, 3, p->gpu_node);
-	window_reset(&p->on_cpu, s->n, 3, 3, STARPU_MAIN_RAM);
+	window_reset(&p->staged, s->n, DOS_ADAM_BUF_MASTER, DOS_ADAM_BUF_GRAD, p->gpu_node);
+	window_reset(&p->resident, s->n, DOS_ADAM_BUF_GRAD, DOS_ADAM_BUF_GRAD, p->gpu_node);
+	window_reset(&p->on_cpu, s->n, DOS_ADAM_BUF_GRAD, DOS_ADAM_BUF_GRAD, STARPU_MAIN_RAM);
 	double resident_bytes = 0, staged_bytes = 0;
 	for (int i = 0; i < s->n; i++) {
 		struct fetch_window *w = window_of(p, place[i]);
@@ -614,54 +630,86 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
 			resident_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 			if (!sg[i].resident_now)
-				prefetch_buffers(p, s->tasks[i], 0, 2, (unsigned)p->gpu_node, s->n - i);
+				prefetch_buffers(p, s->tasks[i], DOS_ADAM_BUF_MASTER, DOS_ADAM_BUF_V,
+						 (unsigned)p->gpu_node, s->n - i);
 		}
 	}
-	p->eager_writeback = resident_bytes + staged_bytes > m.gpu_budget_bytes;
-	double per = sg[0].params * dos_staging_bytes_per_param(&m);
-	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor(dos_staging_room_bytes(&m, resident_bytes) / per)) : 0;
+	p->eager_writeback = resident_bytes + staged_bytes > m->gpu_budget_bytes;
+	double per = sg[0].params * dos_staging_bytes_per_param(m);
+	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor(dos_staging_room_bytes(m, resident_bytes) / per)) : 0;
 	p->resident.ahead = RESIDENT_GRADIENTS_AHEAD;
-	p->on_cpu.ahead = m.ncpu_workers + 1;
+	p->on_cpu.ahead = m->ncpu_workers + 1;
 	window_advance(p, &p->staged, 0);
 	window_advance(p, &p->resident, 0);
 	window_advance(p, &p->on_cpu, 0);
+	return ngpu;
+}
+
+/* What the plan of step `step` decided, in the statistics and, as asked, on stderr. */
+static void report_plan(struct policy *p, uint64_t step, const struct dos_plan_subgroup *sg, int n,
+			const enum dos_placement *place, int ngpu, const struct dos_machine_costs *m, int calibrated)
+{
 	p->stats.last_step = step;
-	p->stats.last_subgroups = (unsigned)s->n;
+	p->stats.last_subgroups = (unsigned)n;
 	p->stats.last_gpu_subgroups = (unsigned)ngpu;
-	p->stats.last_predicted_seconds = _dos_plan_predict(&m, sg, s->n, place);
-	p->stats.last_bound_seconds = _dos_bound_seconds(&m, sg, s->n, NULL);
+	p->stats.last_predicted_seconds = _dos_plan_predict(m, sg, n, place);
+	p->stats.last_bound_seconds = _dos_bound_seconds(m, sg, n, NULL);
 	p->stats.calibrated = calibrated;
-	p->stats.gpu_budget_bytes = m.gpu_budget_bytes;
-	if (p->gpu_node >= 0 && m.gpu_budget_bytes < per && !p->said_no_gpu_room) {
+	p->stats.gpu_budget_bytes = m->gpu_budget_bytes;
+	double per = sg[0].params * dos_staging_bytes_per_param(m);
+	if (p->gpu_node >= 0 && m->gpu_budget_bytes < per && !p->said_no_gpu_room) {
 		/* less GPU memory than one subgroup needs: every update runs on the CPU, which
 		 * is correct but slow; the user should know, once */
 		p->said_no_gpu_room = 1;
 		fprintf(stderr,
 			"starpu-dos: %s: no GPU memory left for optimizer state (budget %.3g GB after what the "
 			"application keeps there, one subgroup needs %.3g GB): updates run on the CPU\n",
-			rule_name(p->rule), m.gpu_budget_bytes * 1e-9, per * 1e-9);
+			rule_name(p->rule), m->gpu_budget_bytes * 1e-9, per * 1e-9);
 	}
-	if (p->verbose >= 2) {
-		/* one line per plan: what it kept, took on, staged and left on the CPU, and the
-		 * forecast it planned with */
-		int count[5] = {0}, kept = 0;
-		for (int i = 0; i < s->n; i++) {
-			count[place[i]]++;
-			kept += place[i] == DOS_PLACE_GPU_RESIDENT && sg[i].resident_now;
-		}
-		fprintf(stderr,
-			"starpu-dos: %s: plan of step %llu at %.3f s: %d resident (%d already), %d staged, %d on CPU "
-			"(%d then resident); GPU budget %.3g GB (+%.3g GB in the update window), application "
-			"forecast %.3g GB (%s; measured %.3g GB), GPU busy %.3g s ahead, %.3g GB may move after CPU "
-			"updates; "
-			"predicted %.4g s\n",
-			rule_name(p->rule), (unsigned long long)step, starpu_timing_now() * 1e-6,
-			count[DOS_PLACE_GPU_RESIDENT], kept, count[DOS_PLACE_GPU_TRANSIENT],
-			count[DOS_PLACE_CPU] + count[DOS_PLACE_CPU_THEN_RESIDENT], count[DOS_PLACE_CPU_THEN_RESIDENT],
-			m.gpu_budget_bytes * 1e-9, m.gpu_update_extra_bytes * 1e-9, p->stats.app_forecast_bytes * 1e-9,
-			p->stats.app_forecast_learned ? "learned" : "declared", f->iteration_peak_bytes * 1e-9,
-			m.gpu_busy_ahead_seconds, m.promote_bytes * 1e-9, p->stats.last_predicted_seconds);
+	if (p->verbose < 2)
+		return;
+	/* one line per plan: what it kept, took on, staged and left on the CPU, and the
+	 * forecast it planned with */
+	int count[5] = {0}, kept = 0;
+	for (int i = 0; i < n; i++) {
+		count[place[i]]++;
+		kept += place[i] == DOS_PLACE_GPU_RESIDENT && sg[i].resident_now;
 	}
+	fprintf(stderr,
+		"starpu-dos: %s: plan of step %llu at %.3f s: %d resident (%d already), %d staged, %d on CPU "
+		"(%d then resident); GPU budget %.3g GB (+%.3g GB in the update window), application "
+		"forecast %.3g GB (%s; measured %.3g GB), GPU busy %.3g s ahead, %.3g GB may move after CPU "
+		"updates; "
+		"predicted %.4g s\n",
+		rule_name(p->rule), (unsigned long long)step, starpu_timing_now() * 1e-6, count[DOS_PLACE_GPU_RESIDENT],
+		kept, count[DOS_PLACE_GPU_TRANSIENT], count[DOS_PLACE_CPU] + count[DOS_PLACE_CPU_THEN_RESIDENT],
+		count[DOS_PLACE_CPU_THEN_RESIDENT], m->gpu_budget_bytes * 1e-9, m->gpu_update_extra_bytes * 1e-9,
+		p->stats.app_forecast_bytes * 1e-9, p->stats.app_forecast_learned ? "learned" : "declared",
+		p->app_memory.last.iteration_peak_bytes * 1e-9, m->gpu_busy_ahead_seconds, m->promote_bytes * 1e-9,
+		p->stats.last_predicted_seconds);
+}
+
+/* Plans the updates of s (plan lock held): its subgroups as they are now, the cost model,
+ * the placement, the transfers it starts. */
+static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx)
+{
+	double t0 = seconds_now();
+	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
+	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
+	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
+	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
+	STARPU_ASSERT_MSG(sg && place, "out of memory planning %d subgroups", s->n);
+	for (int i = 0; i < s->n; i++) {
+		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], DOS_ADAM_BUF_MASTER);
+		sg[i].params = (double)starpu_vector_get_nx(master);
+		sg[i].resident_now = state_on_gpu(s->tasks[i], gpu);
+	}
+	struct dos_machine_costs m;
+	int calibrated;
+	step_costs(p, s, sched_ctx, gpu, sg, &m, &calibrated);
+	place_subgroups(p, gpu, &m, sg, s->n, place);
+	int ngpu = start_transfers(p, s, sg, place, &m);
+	report_plan(p, s->step, sg, s->n, place, ngpu, &m, calibrated);
 	s->planned = 1;
 	free(sg);
 	free(p->last_place);
@@ -672,50 +720,6 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 }
 
 /* ---- pushing to workers ---------------------------------------------------------------- */
-
-static void push_to_worker(struct policy *p, struct starpu_task *task, int worker, double predicted_us, int prefetch)
-{
-	task->predicted = predicted_us;
-	/* before the task is visible: once queued, a worker may run and free it (and the
-	 * handles it was the last user of) at any moment */
-	if (prefetch && starpu_get_prefetch_flag() && !task->prefetched) /* StarPU allows one */
-		starpu_prefetch_task_input_for(task, (unsigned)worker);
-	starpu_worker_lock(worker);
-	starpu_task_list_push_back(&p->queue[worker], task);
-	p->queued_us[worker] += isfinite(predicted_us) ? predicted_us : 0;
-	starpu_push_task_end(task);
-	starpu_wake_worker_locked(worker);
-	starpu_worker_unlock(worker);
-}
-
-/* Earliest predicted finish among the workers that can run `task` (optionally only of
- * `only_type`); NAN lengths (uncalibrated) count as zero so calibration happens. */
-static int earliest_finish_worker(struct policy *p, struct starpu_task *task, unsigned sched_ctx, int only_type,
-				  double *predicted_us)
-{
-	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
-	struct starpu_sched_ctx_iterator it;
-	int best = -1;
-	double best_end = INFINITY;
-	workers->init_iterator(workers, &it);
-	while (workers->has_next(workers, &it)) {
-		int w = (int)workers->get_next(workers, &it);
-		unsigned impl;
-		if (only_type >= 0 && starpu_worker_get_type(w) != (enum starpu_worker_archtype)only_type)
-			continue;
-		if (!starpu_worker_can_execute_task_first_impl((unsigned)w, task, &impl))
-			continue;
-		double len = starpu_task_expected_length(task, starpu_worker_get_perf_archtype(w, sched_ctx), impl);
-		double xfer = starpu_task_expected_data_transfer_time_for(task, (unsigned)w);
-		double end = p->queued_us[w] + (isfinite(xfer) ? xfer : 0) + (isfinite(len) ? len : 0);
-		if (end < best_end) {
-			best_end = end;
-			best = w;
-			*predicted_us = len;
-		}
-	}
-	return best;
-}
 
 static void record_decision(struct policy *p, double started)
 {
@@ -736,7 +740,7 @@ static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned
 	while (workers->has_next(workers, &it)) {
 		int w = (int)workers->get_next(workers, &it);
 		unsigned impl;
-		able |= starpu_worker_get_type(w) == STARPU_CPU_WORKER &&
+		able |= !starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == STARPU_CPU_WORKER &&
 			starpu_worker_can_execute_task_first_impl((unsigned)w, task, &impl);
 	}
 	if (!able)
@@ -750,7 +754,7 @@ static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned
 	workers->init_iterator(workers, &it);
 	while (workers->has_next(workers, &it)) {
 		int w = (int)workers->get_next(workers, &it);
-		if (starpu_worker_get_type(w) == STARPU_CPU_WORKER)
+		if (!starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == STARPU_CPU_WORKER)
 			starpu_wake_worker_relax_light(w);
 	}
 	return 0;
@@ -798,12 +802,12 @@ static int push_task(struct starpu_task *task)
 		return 0;
 	}
 	double predicted = NAN;
-	int worker = earliest_finish_worker(p, task, ctx, only_type, &predicted);
+	int worker = _dos_queues_choose(&p->queues, task, ctx, only_type, &predicted);
 	if (worker < 0) /* the planned kind cannot run it (e.g. task->where): any worker */
-		worker = earliest_finish_worker(p, task, ctx, -1, &predicted);
+		worker = _dos_queues_choose(&p->queues, task, ctx, -1, &predicted);
 	STARPU_ASSERT_MSG(worker >= 0, "no worker of the context can execute task %s", starpu_task_get_name(task));
 	/* GPU-planned updates are prefetched by the plan, a few at a time (plan_step) */
-	push_to_worker(p, task, worker, predicted, only_type != STARPU_CUDA_WORKER);
+	_dos_queues_push(&p->queues, task, worker, predicted, only_type != STARPU_CUDA_WORKER);
 	record_decision(p, t0);
 	return 0;
 }
@@ -824,39 +828,26 @@ static int inputs_on_node(struct starpu_task *task, unsigned node)
  * the end of backward for that long, and with it the gradients every other update waits
  * for. So such an update yields to the first application task queued behind it; it runs
  * when its inputs have arrived, or when no application task is queued. Updates keep
- * their plan order among themselves: the fetch windows follow it (taking a later update
- * whose state happened to arrive first cost 10 % on the simulated 20B a100-pcie4
- * update phase). */
-static struct starpu_task *pop_gpu_queue(struct starpu_task_list *queue, int w)
+ * their plan order among themselves: the fetch windows follow it, and a later update
+ * whose state happens to arrive first would run ahead of the fetches planned for the
+ * earlier ones (slower: results/full-gpu-sim-2026-11-29.md). */
+static struct starpu_task *next_gpu_task(struct starpu_task_list *queue, int w)
 {
 	struct starpu_task *front = starpu_task_list_front(queue);
 	unsigned node = starpu_worker_get_memory_node((unsigned)w);
 	if (front->cl == &_dos_adam_codelet && !inputs_on_node(front, node))
 		for (struct starpu_task *t = starpu_task_list_next(front); t != starpu_task_list_end(queue);
 		     t = starpu_task_list_next(t))
-			if (t->cl != &_dos_adam_codelet) {
-				starpu_task_list_erase(queue, t);
+			if (t->cl != &_dos_adam_codelet)
 				return t;
-			}
-	return starpu_task_list_pop_front(queue);
+	return front;
 }
 
-static struct starpu_task *pop_task(unsigned sched_ctx)
+/* The first pooled update CPU worker w can run (task->where may exclude some), or NULL. */
+static struct starpu_task *take_from_cpu_pool(struct policy *p, int w)
 {
-	struct policy *p = policy_of(sched_ctx);
-	int w = starpu_worker_get_id_check();
-	/* called with this worker's scheduling mutex held */
-	if (!starpu_task_list_empty(&p->queue[w])) {
-		struct starpu_task *task = starpu_worker_get_type(w) == STARPU_CUDA_WORKER
-						   ? pop_gpu_queue(&p->queue[w], w)
-						   : starpu_task_list_pop_front(&p->queue[w]);
-		if (isfinite(task->predicted))
-			p->queued_us[w] = fmax(0.0, p->queued_us[w] - task->predicted);
-		return task;
-	}
-	if (starpu_worker_get_type(w) != STARPU_CPU_WORKER || starpu_task_list_empty(&p->cpu_pool))
+	if (starpu_task_list_empty(&p->cpu_pool))
 		return NULL;
-	/* the first pooled update this worker can run (task->where may exclude some) */
 	struct starpu_task *task = NULL;
 	starpu_worker_relax_on();
 	STARPU_PTHREAD_MUTEX_LOCK(&p->pool_lock);
@@ -871,6 +862,27 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
 		}
 	}
 	STARPU_PTHREAD_MUTEX_UNLOCK(&p->pool_lock);
+	return task;
+}
+
+/* A worker runs its own queue first, then pooled CPU updates, then what it may take
+ * from other workers' queues. A worker removed from the context (StarPU lets it pop
+ * there until it finds nothing) hands its queue over to the workers that remain, and
+ * takes pooled updates only when no CPU worker remains to take them. */
+static struct starpu_task *pop_task(unsigned sched_ctx)
+{
+	struct policy *p = policy_of(sched_ctx);
+	int w = starpu_worker_get_id_check();
+	int member = starpu_sched_ctx_contains_worker(w, sched_ctx);
+	int cpu = starpu_worker_get_type(w) == STARPU_CPU_WORKER;
+	if (!member)
+		_dos_queues_hand_over(&p->queues, w, sched_ctx);
+	struct starpu_task *task =
+		_dos_queues_pop(&p->queues, w, starpu_worker_get_type(w) == STARPU_CUDA_WORKER ? next_gpu_task : NULL);
+	if (!task && cpu && (member || _dos_count_workers_of_type(sched_ctx, STARPU_CPU_WORKER) == 0))
+		task = take_from_cpu_pool(p, w);
+	if (!task && member)
+		task = _dos_queues_steal(&p->queues, w, sched_ctx);
 	return task;
 }
 
@@ -901,6 +913,7 @@ static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 
 static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 {
+	_dos_queues_task_ended(&policy_of(sched_ctx)->queues, starpu_worker_get_id_check());
 	if (task->cl != &_dos_adam_codelet) {
 		if (task->sched_data) { /* an application task that ran on the GPU */
 			struct policy *p = policy_of(sched_ctx);
@@ -924,17 +937,25 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	task->sched_data = NULL;
 	int on_cuda = starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER;
 	struct policy *p = policy_of(sched_ctx);
-	if (place != DOS_PLACE_CPU && place != DOS_PLACE_CPU_THEN_RESIDENT && on_cuda)
+	if (place != DOS_PLACE_CPU && place != DOS_PLACE_CPU_THEN_RESIDENT && on_cuda) {
 		/* The gradient and the 16-bit weights are done with on the GPU (each is written
 		 * home or dropped when its home is the host): their copies must not crowd out
 		 * resident state. Staged state is written back now, and its GPU copy is the
 		 * first evicted. */
-		for (int b = place == DOS_PLACE_GPU_TRANSIENT ? 0 : 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
+		for (int b = place == DOS_PLACE_GPU_TRANSIENT ? DOS_ADAM_BUF_MASTER : DOS_ADAM_BUF_GRAD;
+		     b < _dos_adam_step_data_end(task); b++)
 			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
+		/* The host reads the non-finite flag one step later: written home while the link
+		 * idles, it is there when asked, instead of each read waiting for a transfer on
+		 * the submitting thread. */
+		int flag = _dos_adam_flag_buffer(task);
+		if (flag >= 0)
+			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, flag));
+	}
 	double now = starpu_timing_now() * 1e-6;
 	lock_plan(p);
 	if (p->gpu_node >= 0) /* the span of its gradient's and 16-bit weights' GPU copies */
-		for (int b = 3; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
+		for (int b = DOS_ADAM_BUF_GRAD; b < _dos_adam_step_data_end(task); b++) {
 			starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
 			if (!home_is_gpu(h))
 				_dos_app_memory_update_use(&p->app_memory, h,
@@ -943,19 +964,19 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	if (place == DOS_PLACE_CPU_THEN_RESIDENT && !on_cuda && p->gpu_node >= 0)
 		/* its state moves to the GPU now that the CPU has updated it, when the link has
 		 * nothing else to do (the next forward and backward): resident next step */
-		for (int b = 0; b < 3; b++)
+		for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
 			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), (unsigned)p->gpu_node, 0, 1);
 	if (place == DOS_PLACE_GPU_TRANSIENT && on_cuda && p->eager_writeback)
 		/* When the GPU cannot keep every staged subgroup beside the resident state until
 		 * the next update phase, staged state goes home now, as the plan assumes, not
 		 * when StarPU finds the link idle (wont_use): left dirty, its copies are evicted
-		 * on demand and the next forward's allocations wait for those write-backs
-		 * (simulated bf16 1b on a 9000 MiB h100-pcie5: 0.447 -> 0.368 s per iteration).
-		 * A fetch to host memory leaves the GPU copy clean, so evicting it then costs
-		 * nothing. When it can, the lazy write-back often never happens before the next
-		 * step stages the same state again, which then moves nothing (eager everywhere
-		 * cost 2 % on the simulated 20B h100-pcie5 update phase in the training layout). */
-		for (int b = 0; b < 3; b++)
+		 * on demand and the next forward's allocations wait for those write-backs. A
+		 * fetch to host memory leaves the GPU copy clean, so evicting it then costs
+		 * nothing. When the GPU can keep them, the lazy write-back often never happens
+		 * before the next step stages the same state again, which then moves nothing:
+		 * writing back eagerly there only adds traffic. (Measured both ways:
+		 * results/full-gpu-sim-2026-11-29.md, results/comment-evidence-2026-12-01.md.) */
+		for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
 			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), STARPU_MAIN_RAM, 0, 0);
 	if (generation == p->generation) { /* not an update of an older plan */
 		/* one more update of its window ended: start the next fetch */
@@ -970,13 +991,28 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 
 static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
 {
+	(void)workerids;
+	(void)nworkers;
 	struct policy *p = policy_of(sched_ctx);
-	for (unsigned i = 0; i < nworkers; i++)
-		p->queued_us[workerids[i]] = 0;
+	/* Parallel tasks run on combined workers, which StarPU creates on request and adds to
+	 * the main context (0) only (peager does the same; earlier, in init_sched, is too early). */
+	if (sched_ctx == 0)
+		starpu_sched_find_all_worker_combinations();
 	/* the GPU planned for, known before the first plan so that the forecast of the
 	 * application's memory learns from the first forward and backward */
 	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
 	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
+}
+
+/* Called by StarPU as it deletes the context (1.4 does not call it when workers are
+ * removed from a live context: pop_task sees that). Anything still queued for a removed
+ * worker goes to the workers that remain. */
+static void remove_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
+{
+	struct policy *p = policy_of(sched_ctx);
+	for (unsigned i = 0; i < nworkers; i++)
+		if (!starpu_worker_is_combined_worker(workerids[i]))
+			_dos_queues_hand_over(&p->queues, workerids[i], sched_ctx);
 }
 
 #define DOS_POLICY(var, name_, init_fn, description)                                                                  \
@@ -989,6 +1025,7 @@ static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
 		.pre_exec_hook = pre_exec_hook,                                                                       \
 		.post_exec_hook = post_exec_hook,                                                                     \
 		.add_workers = add_workers,                                                                           \
+		.remove_workers = remove_workers,                                                                     \
 		.policy_name = name_,                                                                                 \
 		.policy_description = description,                                                                    \
 		.worker_type = STARPU_WORKER_LIST, /* we prefetch ourselves (push, plan): StarPU must not also, or it \

@@ -15,7 +15,7 @@
  * already planned on each resource, where a transfer starts when its link is free (not
  * "now", as dmda assumes) and a GPU-transient subgroup needs one of a few staging slots
  * that memory allows. The CPU share that comes out is the f* = t_c / (t_c + t_x) split
- * of the notes when memory is plentiful, shifts towards resident GPU work as memory
+ * of docs/background.md when memory is plentiful, shifts towards resident GPU work as memory
  * allows, and falls back to the CPU when the GPU has no room. O(n * cpu workers).
  *
  * The rest of the iteration enters in two ways (docs/policy.md, whole-iteration rules):

@@ -32,7 +32,7 @@ int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype ty
 	workers->init_iterator(workers, &it);
 	while (workers->has_next(workers, &it)) {
 		int w = (int)workers->get_next(workers, &it);
-		if (starpu_worker_get_type(w) == type)
+		if (!starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == type)
 			return w;
 	}
 	return -1;
@@ -44,8 +44,10 @@ int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype t
 	struct starpu_sched_ctx_iterator it;
 	int n = 0;
 	workers->init_iterator(workers, &it);
-	while (workers->has_next(workers, &it))
-		n += starpu_worker_get_type((int)workers->get_next(workers, &it)) == type;
+	while (workers->has_next(workers, &it)) {
+		int w = (int)workers->get_next(workers, &it);
+		n += !starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == type;
+	}
 	return n;
 }
 

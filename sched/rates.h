@@ -19,6 +19,8 @@ double _dos_host_contention(void);
 /* The aggregate CPU Adam rate (params/s) recorded for this host, or 0 if none. */
 double _dos_host_cpu_rate(void);
 
+/* The first worker of `sched_ctx` of `type`, or -1; how many there are. Combined workers
+ * (groups of CPU workers for parallel tasks) are not counted. */
 int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype type);
 int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type);
 

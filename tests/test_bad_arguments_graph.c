@@ -9,7 +9,7 @@
 
 #include "data.h"
 #include "dos.h"
-#include "iteration.h"
+#include "optimizer.h"
 #include "model.h"
 #include "test_util.h"
 #include "train.h"
@@ -50,31 +50,31 @@ static const struct dos_model_shape tiny = {
 static void shape_and_model(void)
 {
 	struct dos_model_shape s;
-	expect(dos_model_shape_check(NULL), -EINVAL, "shape is NULL");
+	expect(_dos_model_shape_check(NULL), -EINVAL, "shape is NULL");
 	s = tiny, s.ffn = 0;
-	expect(dos_model_shape_check(&s), -EINVAL, "model ffn = 0");
+	expect(_dos_model_shape_check(&s), -EINVAL, "model ffn = 0");
 	s = tiny, s.heads = 3;
-	expect(dos_model_shape_check(&s), -EINVAL, "hidden = 32 is not a multiple of heads = 3");
+	expect(_dos_model_shape_check(&s), -EINVAL, "hidden = 32 is not a multiple of heads = 3");
 	s = tiny, s.layers = DOS_MODEL_MAX_LAYERS + 1;
-	expect(dos_model_shape_check(&s), -EINVAL, "model layers = 100001");
+	expect(_dos_model_shape_check(&s), -EINVAL, "model layers = 100001");
 	s = tiny, s.hidden = 40000, s.heads = 1;
-	expect(dos_model_shape_check(&s), -EINVAL, "3 hidden x hidden (qkv) = 4800000000 elements");
+	expect(_dos_model_shape_check(&s), -EINVAL, "3 hidden x hidden (qkv) = 4800000000 elements");
 
 	struct dos_model model;
 	memset(&model, 0xa5, sizeof model);
-	expect(dos_model_create(NULL, &tiny, 1, 1, DOS_FP32, 0, 0), -EINVAL, "model is NULL");
-	expect(dos_model_create(&model, NULL, 1, 1, DOS_FP32, 0, 0), -EINVAL, "shape is NULL");
+	expect(_dos_model_create(NULL, &tiny, 1, 1, DOS_FP32, 0, 0), -EINVAL, "model is NULL");
+	expect(_dos_model_create(&model, NULL, 1, 1, DOS_FP32, 0, 0), -EINVAL, "shape is NULL");
 	s = tiny, s.vocab = 0;
-	expect(dos_model_create(&model, &s, 1, 1, DOS_FP32, 0, 0), -EINVAL, "model vocab = 0");
-	expect(dos_model_create(&model, &tiny, 0, 1, DOS_FP32, 0, 0), -EINVAL, "micro-batch = 0");
+	expect(_dos_model_create(&model, &s, 1, 1, DOS_FP32, 0, 0), -EINVAL, "model vocab = 0");
+	expect(_dos_model_create(&model, &tiny, 0, 1, DOS_FP32, 0, 0), -EINVAL, "micro-batch = 0");
 	/* 2^20 sequences of 16 tokens: 2^32 logits, one more than a StarPU vector holds */
-	expect(dos_model_create(&model, &tiny, 1u << 20, 1, DOS_BF16, 0, 0), -EINVAL,
+	expect(_dos_model_create(&model, &tiny, 1u << 20, 1, DOS_BF16, 0, 0), -EINVAL,
 	       "micro-batch = 1048576 sequences of 16 tokens: activations of 4294967296 elements");
-	expect(dos_model_create(&model, &tiny, 1, 1, (enum dos_dtype)7, 0, 0), -EINVAL,
+	expect(_dos_model_create(&model, &tiny, 1, 1, (enum dos_dtype)7, 0, 0), -EINVAL,
 	       "model dtype = 7 is not fp32, fp16 or bf16");
-	expect(dos_model_create(&model, &tiny, 1, 1, DOS_FP16, 0, 7), -EINVAL,
+	expect(_dos_model_create(&model, &tiny, 1, 1, DOS_FP16, 0, 7), -EINVAL,
 	       "sched_ctx = 7 is not a scheduling context");
-	EXPECT_UNTOUCHED(model, 0xa5, "dos_model_create");
+	EXPECT_UNTOUCHED(model, 0xa5, "_dos_model_create");
 }
 
 static void corpus(const char *corpus_path, const char *dir)
@@ -82,19 +82,19 @@ static void corpus(const char *corpus_path, const char *dir)
 	struct dos_corpus c;
 	memset(&c, 0xa5, sizeof c);
 	char path[4096];
-	expect(dos_corpus_load(NULL, corpus_path, 16, 1), -EINVAL, "NULL argument (corpus (nil)");
-	expect(dos_corpus_load(&c, NULL, 16, 1), -EINVAL, "path (nil)");
-	expect(dos_corpus_load(&c, corpus_path, 0, 1), -EINVAL, "seq_len = 0");
+	expect(_dos_corpus_load(NULL, corpus_path, 16, 1), -EINVAL, "NULL argument (corpus (nil)");
+	expect(_dos_corpus_load(&c, NULL, 16, 1), -EINVAL, "path (nil)");
+	expect(_dos_corpus_load(&c, corpus_path, 0, 1), -EINVAL, "seq_len = 0");
 	snprintf(path, sizeof path, "%s/missing.txt", dir);
-	expect(dos_corpus_load(&c, path, 16, 1), -ENOENT, "cannot open the data file");
+	expect(_dos_corpus_load(&c, path, 16, 1), -ENOENT, "cannot open the data file");
 	CHECK(strstr(dos_last_error(), path), "the message names the file: %s", dos_last_error());
-	expect(dos_corpus_load(&c, dir, 16, 1), -EISDIR, "is not a regular file but a directory");
+	expect(_dos_corpus_load(&c, dir, 16, 1), -EISDIR, "is not a regular file but a directory");
 	snprintf(path, sizeof path, "%s/short.txt", dir);
 	FILE *f = fopen(path, "w");
 	CHECK(f && fputs("0123456789", f) >= 0 && fclose(f) == 0, "write %s", path);
-	expect(dos_corpus_load(&c, path, 16, 1), -EINVAL, "has 10 bytes, fewer than seq_len + 1 = 17");
+	expect(_dos_corpus_load(&c, path, 16, 1), -EINVAL, "has 10 bytes, fewer than seq_len + 1 = 17");
 	unlink(path);
-	EXPECT_UNTOUCHED(c, 0xa5, "dos_corpus_load");
+	EXPECT_UNTOUCHED(c, 0xa5, "_dos_corpus_load");
 }
 
 static void optimizer(void)
@@ -114,24 +114,24 @@ static void optimizer(void)
 	w_short[0] = w[0];
 	starpu_vector_data_register(&w_short[1], STARPU_MAIN_RAM, (uintptr_t)(weights + T0), T1 - 1, sizeof(float));
 
-	const struct dos_optimizer_config good = {.subgroup_size = 64,
-						  .weight_dtype = DOS_FP32,
-						  .grad_dtype = DOS_FP32,
-						  .hp = {DOS_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01},
-						  .loss_scale_window = 1000};
-	struct dos_optimizer_config c;
-	struct dos_optimizer opt;
+	const struct _dos_optimizer_config good = {.subgroup_size = 64,
+						   .weight_dtype = DOS_FP32,
+						   .grad_dtype = DOS_FP32,
+						   .hp = {DOS_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01},
+						   .loss_scale_window = 1000};
+	struct _dos_optimizer_config c;
+	struct _dos_optimizer *opt;
 	memset(&opt, 0xa5, sizeof opt);
-#define CREATE(cfg) dos_optimizer_create(&opt, (cfg), 2, numel, w, g, initial)
-	expect(dos_optimizer_create(NULL, &good, 2, numel, w, g, initial), -EINVAL, "NULL argument (opt (nil)");
+#define CREATE(cfg) _dos_optimizer_create(&opt, (cfg), 2, numel, w, g, initial)
+	expect(_dos_optimizer_create(NULL, &good, 2, numel, w, g, initial), -EINVAL, "NULL argument (opt (nil)");
 	expect(CREATE(NULL), -EINVAL, "cfg (nil)");
-	expect(dos_optimizer_create(&opt, &good, 2, numel, w, g, NULL), -EINVAL, "initial (nil)");
-	expect(dos_optimizer_create(&opt, &good, 0, numel, w, g, initial), -EINVAL, "ntensors = 0");
-	expect(dos_optimizer_create(&opt, &good, 2, numel, w_short, g, initial), -EINVAL,
+	expect(_dos_optimizer_create(&opt, &good, 2, numel, w, g, NULL), -EINVAL, "initial (nil)");
+	expect(_dos_optimizer_create(&opt, &good, 0, numel, w, g, initial), -EINVAL, "ntensors = 0");
+	expect(_dos_optimizer_create(&opt, &good, 2, numel, w_short, g, initial), -EINVAL,
 	       "weights[1] has 59 elements but numel[1] = 60");
-	expect(dos_optimizer_create(&opt, &good, 2, numel, w, g_half, initial), -EINVAL,
+	expect(_dos_optimizer_create(&opt, &good, 2, numel, w, g_half, initial), -EINVAL,
 	       "grads[0] has 2-byte elements, expected 4");
-	expect(dos_optimizer_create(&opt, &good, 2, empty, w, g, initial), -EINVAL,
+	expect(_dos_optimizer_create(&opt, &good, 2, empty, w, g, initial), -EINVAL,
 	       "weights[1] has 60 elements but numel[1] = 0");
 	c = good, c.subgroup_size = 0;
 	expect(CREATE(&c), -EINVAL, "subgroup_size = 0 must be in [1, 160]");
@@ -146,9 +146,9 @@ static void optimizer(void)
 	/* mixed precision's 16-bit weights with fp32 gradients pass; 16-bit gradients of
 	 * another 16-bit format than the weights' do not */
 	c = good, c.tensor_dtype = c.weight_dtype = c.grad_dtype = DOS_BF16;
-	CHECK(dos_optimizer_config_check(&c, T0 + T1) == 0, "bf16 tensors, fp32 gradients: %s", dos_last_error());
+	CHECK(_dos_optimizer_config_check(&c, T0 + T1) == 0, "bf16 tensors, fp32 gradients: %s", dos_last_error());
 	c.tensor_grad_dtype = DOS_FP16;
-	expect(dos_optimizer_config_check(&c, T0 + T1), -EINVAL,
+	expect(_dos_optimizer_config_check(&c, T0 + T1), -EINVAL,
 	       "tensor_grad_dtype = 1 (fp16) must be fp32 or the tensor dtype bf16");
 	c = good, c.hp.lr = -1e-3;
 	expect(CREATE(&c), -EINVAL, "hp->lr = -0.001");
@@ -172,32 +172,29 @@ static void optimizer(void)
 	expect(CREATE(&c), -EINVAL, "loss_scale_window = 0");
 	c = good, c.sched_ctx = 9;
 	expect(CREATE(&c), -EINVAL, "sched_ctx = 9 is not a scheduling context");
-	EXPECT_UNTOUCHED(opt, 0xa5, "dos_optimizer_create");
+	EXPECT_UNTOUCHED(opt, 0xa5, "_dos_optimizer_create");
 
-	struct dos_step_report report;
+	struct _dos_step_report report;
 	memset(&report, 0xa5, sizeof report);
-	struct dos_optimizer blank = {0};
-	expect(dos_optimizer_submit_step(NULL, &report), -EINVAL, "NULL argument (opt (nil)");
-	expect(dos_optimizer_submit_step(&blank, &report), -EINVAL, "was not made by dos_optimizer_create");
-	EXPECT_UNTOUCHED(report, 0xa5, "dos_optimizer_submit_step");
+	expect(_dos_optimizer_submit_step(NULL, &report), -EINVAL, "NULL argument (opt (nil)");
+	EXPECT_UNTOUCHED(report, 0xa5, "_dos_optimizer_submit_step");
 
 	/* the same arguments, corrected, work; then a NULL report is refused */
 	starpu_resume();
 	CHECK(CREATE(&good) == 0, "%s", dos_last_error());
 	starpu_pause();
-	expect(dos_optimizer_submit_step(&opt, NULL), -EINVAL, "report (nil)");
+	expect(_dos_optimizer_submit_step(opt, NULL), -EINVAL, "report (nil)");
 	/* no update has run: there are no flags to read yet */
 	uint32_t count = 0xa5a5a5a5, subgroup = 0xa5a5a5a5, bits = 0xa5a5a5a5;
-	expect(dos_optimizer_update_nonfinite(&opt, 1, &count, &subgroup, &bits), -EINVAL,
+	expect(_dos_optimizer_update_nonfinite(opt, 1, &count, &subgroup, &bits), -EINVAL,
 	       "update = 1: its flags are not there (the latest update is 0)");
-	expect(dos_optimizer_update_nonfinite(&opt, 0, &count, &subgroup, &bits), -EINVAL, "update = 0");
-	expect(dos_optimizer_update_nonfinite(&opt, 1, NULL, &subgroup, &bits), -EINVAL, "count (nil)");
-	expect(dos_optimizer_update_nonfinite(&blank, 1, &count, &subgroup, &bits), -EINVAL,
-	       "NULL argument or optimizer");
+	expect(_dos_optimizer_update_nonfinite(opt, 0, &count, &subgroup, &bits), -EINVAL, "update = 0");
+	expect(_dos_optimizer_update_nonfinite(opt, 1, NULL, &subgroup, &bits), -EINVAL, "count (nil)");
+	expect(_dos_optimizer_update_nonfinite(NULL, 1, &count, &subgroup, &bits), -EINVAL, "NULL argument (opt (nil)");
 	CHECK(count == 0xa5a5a5a5 && subgroup == 0xa5a5a5a5 && bits == 0xa5a5a5a5,
-	      "a refused dos_optimizer_update_nonfinite wrote its outputs");
+	      "a refused _dos_optimizer_update_nonfinite wrote its outputs");
 	starpu_resume();
-	dos_optimizer_destroy(&opt);
+	_dos_optimizer_destroy(opt);
 	starpu_data_handle_t all[] = {w[0], w[1], g[0], g[1], g_half[0], w_short[1]};
 	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
 		starpu_data_unregister(all[i]);
@@ -224,37 +221,37 @@ static void training(const char *corpus_path, const char *dir)
 	struct dos_train_output out;
 	memset(&out, 0xa5, sizeof out);
 	char path[4096];
-	expect(dos_train_run(NULL, &out), -EINVAL, "cfg is NULL");
+	expect(_dos_train_run(NULL, &out), -EINVAL, "cfg is NULL");
 	c = good, c.micro_batch = 0;
-	expect(dos_train_run(&c, &out), -EINVAL, "micro_batch = 0");
+	expect(_dos_train_run(&c, &out), -EINVAL, "micro_batch = 0");
 	c = good, c.accumulation = 0;
-	expect(dos_train_run(&c, &out), -EINVAL, "accumulation = 0");
+	expect(_dos_train_run(&c, &out), -EINVAL, "accumulation = 0");
 	c = good, c.steps = 0;
-	expect(dos_train_run(&c, &out), -EINVAL, "steps = 0");
+	expect(_dos_train_run(&c, &out), -EINVAL, "steps = 0");
 	c = good, c.data_path = NULL;
-	expect(dos_train_run(&c, &out), -EINVAL, "data_path is NULL");
+	expect(_dos_train_run(&c, &out), -EINVAL, "data_path is NULL");
 	c = good, c.shape.vocab = 100;
-	expect(dos_train_run(&c, &out), -EINVAL, "vocab = 100");
+	expect(_dos_train_run(&c, &out), -EINVAL, "vocab = 100");
 	c = good, c.shape.seq_len = 0;
-	expect(dos_train_run(&c, &out), -EINVAL, "model seq_len = 0");
+	expect(_dos_train_run(&c, &out), -EINVAL, "model seq_len = 0");
 	c = good, c.opt.subgroup_size = 0;
-	expect(dos_train_run(&c, &out), -EINVAL, "subgroup_size = 0");
+	expect(_dos_train_run(&c, &out), -EINVAL, "subgroup_size = 0");
 	c = good, c.opt.subgroup_size = 1u << 30;
-	expect(dos_train_run(&c, &out), -EINVAL, "subgroup_size = 1073741824 must be in [1, 33440]");
+	expect(_dos_train_run(&c, &out), -EINVAL, "subgroup_size = 1073741824 must be in [1, 33440]");
 	c = good, c.opt.hp.eps = -1;
-	expect(dos_train_run(&c, &out), -EINVAL, "hp->eps = -1");
+	expect(_dos_train_run(&c, &out), -EINVAL, "hp->eps = -1");
 	c = good, c.opt.weight_dtype = DOS_FP16, c.opt.grad_dtype = DOS_FP16, c.opt.dynamic_loss_scale = 1;
-	expect(dos_train_run(&c, &out), -EINVAL, "loss_scale_init = 0");
+	expect(_dos_train_run(&c, &out), -EINVAL, "loss_scale_init = 0");
 	c = good, c.checkpoint_dir = NULL;
-	expect(dos_train_run(&c, &out), -EINVAL, "checkpoint_every = 1: both need a checkpoint_dir");
+	expect(_dos_train_run(&c, &out), -EINVAL, "checkpoint_every = 1: both need a checkpoint_dir");
 	c = good, c.sched_ctx = 5;
-	expect(dos_train_run(&c, &out), -EINVAL, "sched_ctx = 5 is not a scheduling context");
+	expect(_dos_train_run(&c, &out), -EINVAL, "sched_ctx = 5 is not a scheduling context");
 	snprintf(path, sizeof path, "%s/missing.txt", dir);
 	c = good, c.data_path = path;
-	expect(dos_train_run(&c, &out), -ENOENT, "missing.txt");
+	expect(_dos_train_run(&c, &out), -ENOENT, "missing.txt");
 	c = good, c.resume = 1;
-	expect(dos_train_run(&c, &out), -ENOENT, "--resume: no checkpoint in");
-	EXPECT_UNTOUCHED(out, 0xa5, "dos_train_run");
+	expect(_dos_train_run(&c, &out), -ENOENT, "--resume: no checkpoint in");
+	EXPECT_UNTOUCHED(out, 0xa5, "_dos_train_run");
 	CHECK(directory_is_empty(dir), "a refused training run wrote into its checkpoint directory");
 }
 

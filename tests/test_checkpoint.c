@@ -168,7 +168,7 @@ static void free_state(struct state *s)
 
 static void save_ok(const char *dir, const struct state *s, unsigned keep, char *path, size_t size)
 {
-	int err = dos_checkpoint_save(dir, &s->meta, s->master, s->m, s->v, keep, path, size);
+	int err = _dos_checkpoint_save(dir, &s->meta, s->master, s->m, s->v, keep, path, size);
 	CHECK(err == 0, "save in %s: %d %s", dir, err, dos_last_error());
 }
 
@@ -214,7 +214,7 @@ static void round_trip(const char *dir, uint64_t nparams, uint32_t ntensors, uin
 	char want[4096];
 	FORMAT(want, "%s/checkpoint-%" PRIu64 ".dos", dir, s.meta.steps_done);
 	CHECK(strcmp(saved, want) == 0, "path_out %s, expected %s", saved, want);
-	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == 0, "latest: %s", dos_last_error());
+	CHECK(_dos_checkpoint_latest(dir, latest, sizeof latest) == 0, "latest: %s", dos_last_error());
 	CHECK(strcmp(latest, saved) == 0, "latest %s, saved %s", latest, saved);
 	check_file_crcs(saved, &s);
 
@@ -227,7 +227,7 @@ static void round_trip(const char *dir, uint64_t nparams, uint32_t ntensors, uin
 	/* only the layout counts: the progress fields of `expect` are not compared */
 	expect.step = expect.steps_done = expect.seed = 0;
 	expect.loss_scale = 0;
-	int err = dos_checkpoint_load(latest, &expect, &got, master, m, v);
+	int err = _dos_checkpoint_load(latest, &expect, &got, master, m, v);
 	CHECK(err == 0, "load %s: %d %s", latest, err, dos_last_error());
 	CHECK(memcmp(master, s.master, nparams * 4) == 0, "master differs at %ld",
 	      test_first_difference(master, s.master, nparams, 4));
@@ -278,7 +278,7 @@ static void expect_refusal_(int line, const char *path, const struct dos_checkpo
 			    int code, const char *const *words)
 {
 	dest_fill(d);
-	int err = dos_checkpoint_load(path, expect, &d->got, d->master, d->m, d->v);
+	int err = _dos_checkpoint_load(path, expect, &d->got, d->master, d->m, d->v);
 	const char *msg = dos_last_error();
 	if (err != code) {
 		fprintf(stderr, "line %d: load of %s returned %d (%s), expected %d (%s): %s\n", line, path, err,
@@ -479,12 +479,12 @@ static void refusals_group(const char *dir)
 	other = s.meta;
 	other.numel = NULL;
 	expect_refusal(good, &other, &d, -EINVAL, "numel is NULL", "ntensors = 3");
-	CHECK(dos_checkpoint_load(good, expect, NULL, d.master, d.m, d.v) == -EINVAL, "got NULL");
-	CHECK(dos_checkpoint_load(good, expect, &d.got, d.master, NULL, d.v) == -EINVAL, "m NULL");
+	CHECK(_dos_checkpoint_load(good, expect, NULL, d.master, d.m, d.v) == -EINVAL, "got NULL");
+	CHECK(_dos_checkpoint_load(good, expect, &d.got, d.master, NULL, d.v) == -EINVAL, "m NULL");
 	CHECK(strstr(dos_last_error(), "m is NULL"), "%s", dos_last_error());
 
 	/* and the good file still loads */
-	CHECK(dos_checkpoint_load(good, expect, &d.got, d.master, d.m, d.v) == 0, "%s", dos_last_error());
+	CHECK(_dos_checkpoint_load(good, expect, &d.got, d.master, d.m, d.v) == 0, "%s", dos_last_error());
 	CHECK(memcmp(d.v, s.v, n * 4) == 0, "v after the refusals");
 	printf("checkpoint: %u refusals checked\n", refusals);
 	free(base);
@@ -528,12 +528,12 @@ static void keep_group(const char *dir)
 	memset(junk, 0xEE, sizeof junk);
 	write_whole(path, junk, sizeof junk);
 	char latest[4096], want[4096];
-	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == 0, "%s", dos_last_error());
+	CHECK(_dos_checkpoint_latest(dir, latest, sizeof latest) == 0, "%s", dos_last_error());
 	FORMAT(want, "%s/checkpoint-5.dos", dir);
 	CHECK(strcmp(latest, want) == 0, "latest %s, expected %s", latest, want);
 	struct dest d = {
 		.n = 333, .master = test_malloc(333 * 4), .m = test_malloc(333 * 4), .v = test_malloc(333 * 4)};
-	CHECK(dos_checkpoint_load(latest, &s.meta, &d.got, d.master, d.m, d.v) == 0, "%s", dos_last_error());
+	CHECK(_dos_checkpoint_load(latest, &s.meta, &d.got, d.master, d.m, d.v) == 0, "%s", dos_last_error());
 	CHECK(d.got.steps_done == 5 && memcmp(d.master, s.master, 333 * 4) == 0, "load of %s", latest);
 	s.meta.steps_done = 6;
 	save_ok(dir, &s, 2, NULL, 0);
@@ -550,14 +550,14 @@ static void keep_group(const char *dir)
 	list_dir(dir, listing, sizeof listing);
 	CHECK(strstr(listing, "checkpoint-3.dos checkpoint-6.dos") && !strstr(listing, "checkpoint-5.dos"),
 	      "after saving 3 with keep = 1: %s", listing);
-	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == 0 && strstr(latest, "checkpoint-6.dos"), "%s",
+	CHECK(_dos_checkpoint_latest(dir, latest, sizeof latest) == 0 && strstr(latest, "checkpoint-6.dos"), "%s",
 	      latest);
 	/* latest: too small a buffer, an empty and a nonexistent directory */
-	CHECK(dos_checkpoint_latest(dir, latest, strlen(dir) + 5) == -ENAMETOOLONG, "small path_size");
+	CHECK(_dos_checkpoint_latest(dir, latest, strlen(dir) + 5) == -ENAMETOOLONG, "small path_size");
 	CHECK(strstr(dos_last_error(), "path_size"), "%s", dos_last_error());
 	FORMAT(path, "%s/empty", dir);
 	CHECK(mkdir(path, 0755) == 0, "mkdir %s", path);
-	CHECK(dos_checkpoint_latest(path, latest, sizeof latest) == -ENOENT, "latest of an empty directory");
+	CHECK(_dos_checkpoint_latest(path, latest, sizeof latest) == -ENOENT, "latest of an empty directory");
 	CHECK(strstr(dos_last_error(), path), "%s", dos_last_error());
 	/* names that are not checkpoint-<N>.dos with N in canonical decimal are not ours */
 	static const char *const foreign[] = {"checkpoint-007.dos",
@@ -572,15 +572,15 @@ static void keep_group(const char *dir)
 		FORMAT(name, "%s/%s", path, foreign[i]);
 		write_whole(name, "x", 1);
 	}
-	CHECK(dos_checkpoint_latest(path, latest, sizeof latest) == -ENOENT, "latest found %s among foreign names",
+	CHECK(_dos_checkpoint_latest(path, latest, sizeof latest) == -ENOENT, "latest found %s among foreign names",
 	      latest);
 	FORMAT(want, "%s/checkpoint-18446744073709551615.dos", path);
 	write_whole(want, "x", 1);
-	CHECK(dos_checkpoint_latest(path, latest, sizeof latest) == 0 && strcmp(latest, want) == 0,
+	CHECK(_dos_checkpoint_latest(path, latest, sizeof latest) == 0 && strcmp(latest, want) == 0,
 	      "latest %s, expected %s", latest, want);
 	FORMAT(path, "%s/none", dir);
-	CHECK(dos_checkpoint_latest(path, latest, sizeof latest) == -ENOENT, "latest of a nonexistent directory");
-	CHECK(dos_checkpoint_latest(NULL, latest, sizeof latest) == -EINVAL, "latest NULL dir");
+	CHECK(_dos_checkpoint_latest(path, latest, sizeof latest) == -ENOENT, "latest of a nonexistent directory");
+	CHECK(_dos_checkpoint_latest(NULL, latest, sizeof latest) == -EINVAL, "latest NULL dir");
 	printf("checkpoint: a lower N keeps the file just written; latest's errors\n");
 	free(d.master);
 	free(d.m);
@@ -642,7 +642,7 @@ static void save_errors_group(const char *dir)
 
 	/* nonexistent directory */
 	FORMAT(path, "%s/no-such-dir", dir);
-	int err = dos_checkpoint_save(path, &s.meta, s.master, s.m, s.v, 2, NULL, 0);
+	int err = _dos_checkpoint_save(path, &s.meta, s.master, s.m, s.v, 2, NULL, 0);
 	CHECK(err == -ENOENT, "save into %s: %d", path, err);
 	CHECK(strstr(dos_last_error(), "no-such-dir") && strstr(dos_last_error(), "open"), "%s", dos_last_error());
 	CHECK(!file_exists(path), "%s was created", path);
@@ -655,7 +655,7 @@ static void save_errors_group(const char *dir)
 	small.rlim_cur = 10000;
 	signal(SIGXFSZ, SIG_IGN);
 	CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0, "setrlimit");
-	err = dos_checkpoint_save(sub, &s.meta, s.master, s.m, s.v, 1, NULL, 0);
+	err = _dos_checkpoint_save(sub, &s.meta, s.master, s.m, s.v, 1, NULL, 0);
 	CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0, "restoring the file size limit");
 	CHECK(err == -EFBIG, "save over the file size limit returned %d: %s", err, dos_last_error());
 	CHECK(strstr(dos_last_error(), ".checkpoint-3.dos.tmp-") && strstr(dos_last_error(), "write"), "%s",
@@ -669,7 +669,7 @@ static void save_errors_group(const char *dir)
 		printf("checkpoint: read-only directory: skipped (running as root, which ignores permissions)\n");
 	} else {
 		CHECK(chmod(sub, 0555) == 0, "chmod %s", sub);
-		err = dos_checkpoint_save(sub, &s.meta, s.master, s.m, s.v, 1, NULL, 0);
+		err = _dos_checkpoint_save(sub, &s.meta, s.master, s.m, s.v, 1, NULL, 0);
 		CHECK(chmod(sub, 0755) == 0, "chmod %s", sub);
 		CHECK(err == -EACCES, "save into a read-only directory returned %d", err);
 		CHECK(strstr(dos_last_error(), "Permission denied") && strstr(dos_last_error(), sub), "%s",
@@ -680,27 +680,27 @@ static void save_errors_group(const char *dir)
 
 	/* arguments, each refused before anything is written */
 	char small_path[8];
-	err = dos_checkpoint_save(sub, &s.meta, s.master, s.m, s.v, 1, small_path, sizeof small_path);
+	err = _dos_checkpoint_save(sub, &s.meta, s.master, s.m, s.v, 1, small_path, sizeof small_path);
 	CHECK(err == -ENAMETOOLONG && strstr(dos_last_error(), "path_size = 8"), "%d %s", err, dos_last_error());
-	err = dos_checkpoint_save(sub, &s.meta, s.master, s.m, s.v, 0, NULL, 0);
+	err = _dos_checkpoint_save(sub, &s.meta, s.master, s.m, s.v, 0, NULL, 0);
 	CHECK(err == -EINVAL && strstr(dos_last_error(), "keep = 0"), "%d %s", err, dos_last_error());
 	struct dos_checkpoint_meta bad = s.meta;
 	bad.nparams = 0;
-	err = dos_checkpoint_save(sub, &bad, s.master, s.m, s.v, 1, NULL, 0);
+	err = _dos_checkpoint_save(sub, &bad, s.master, s.m, s.v, 1, NULL, 0);
 	CHECK(err == -EINVAL && strstr(dos_last_error(), "nparams = 0"), "%d %s", err, dos_last_error());
 	bad = s.meta;
 	bad.numel = NULL;
-	err = dos_checkpoint_save(sub, &bad, s.master, s.m, s.v, 1, NULL, 0);
+	err = _dos_checkpoint_save(sub, &bad, s.master, s.m, s.v, 1, NULL, 0);
 	CHECK(err == -EINVAL && strstr(dos_last_error(), "numel is NULL"), "%d %s", err, dos_last_error());
 	bad = s.meta;
 	bad.grad_dtype = (enum dos_dtype)7;
-	err = dos_checkpoint_save(sub, &bad, s.master, s.m, s.v, 1, NULL, 0);
+	err = _dos_checkpoint_save(sub, &bad, s.master, s.m, s.v, 1, NULL, 0);
 	CHECK(err == -EINVAL && strstr(dos_last_error(), "grad_dtype = 7"), "%d %s", err, dos_last_error());
-	err = dos_checkpoint_save(sub, &s.meta, s.master, s.m, NULL, 1, NULL, 0);
+	err = _dos_checkpoint_save(sub, &s.meta, s.master, s.m, NULL, 1, NULL, 0);
 	CHECK(err == -EINVAL && strstr(dos_last_error(), "v is NULL"), "%d %s", err, dos_last_error());
-	err = dos_checkpoint_save(NULL, &s.meta, s.master, s.m, s.v, 1, NULL, 0);
+	err = _dos_checkpoint_save(NULL, &s.meta, s.master, s.m, s.v, 1, NULL, 0);
 	CHECK(err == -EINVAL && strstr(dos_last_error(), "dir is NULL"), "%d %s", err, dos_last_error());
-	err = dos_checkpoint_save(sub, NULL, s.master, s.m, s.v, 1, NULL, 0);
+	err = _dos_checkpoint_save(sub, NULL, s.master, s.m, s.v, 1, NULL, 0);
 	CHECK(err == -EINVAL && strstr(dos_last_error(), "meta is NULL"), "%d %s", err, dos_last_error());
 	expect_unchanged(__LINE__, sub, listing, contents, lens, 8);
 	printf("checkpoint: bad arguments refused with nothing written\n");
@@ -728,11 +728,11 @@ static void save_sharded(const char *dir, const struct state *s, unsigned keep, 
 		uint64_t b = shard_begin[i];
 		meta.state_begin = b;
 		meta.state_len = shard_begin[i + 1] - b;
-		int err = dos_checkpoint_save_shard(dir, &meta, i, SHARDS, s->master + b, s->m + b, s->v + b);
+		int err = _dos_checkpoint_save_shard(dir, &meta, i, SHARDS, s->master + b, s->m + b, s->v + b);
 		CHECK(err == 0, "shard %u: %d %s", i, err, dos_last_error());
 	}
 	if (!without_manifest) {
-		int err = dos_checkpoint_save_manifest(dir, &s->meta, SHARDS, keep, NULL, 0);
+		int err = _dos_checkpoint_save_manifest(dir, &s->meta, SHARDS, keep, NULL, 0);
 		CHECK(err == 0, "manifest: %d %s", err, dos_last_error());
 	}
 }
@@ -742,7 +742,7 @@ static void expect_range(const char *path, const struct state *s, uint64_t begin
 {
 	struct dest d = {
 		.n = len, .master = test_malloc(len * 4), .m = test_malloc(len * 4), .v = test_malloc(len * 4)};
-	int err = dos_checkpoint_load_range(path, &s->meta, begin, len, &d.got, d.master, d.m, d.v);
+	int err = _dos_checkpoint_load_range(path, &s->meta, begin, len, &d.got, d.master, d.m, d.v);
 	CHECK(err == 0, "load [%" PRIu64 ", +%" PRIu64 ") of %s: %d %s", begin, len, path, err, dos_last_error());
 	CHECK(!memcmp(d.master, s->master + begin, len * 4) && !memcmp(d.m, s->m + begin, len * 4) &&
 		      !memcmp(d.v, s->v + begin, len * 4),
@@ -766,11 +766,11 @@ static void shards_group(const char *dir)
 
 	/* shards without their manifest are no checkpoint */
 	save_sharded(dir, &s, 2, 1);
-	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == -ENOENT, "shards alone count as a checkpoint");
-	CHECK(dos_checkpoint_save_manifest(dir, &s.meta, 4, 2, NULL, 0) == -ENOENT, "a manifest of 4 shards of 3");
-	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == -ENOENT, "a refused manifest was written");
-	CHECK(dos_checkpoint_save_manifest(dir, &s.meta, SHARDS, 2, path, sizeof path) == 0, "%s", dos_last_error());
-	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == 0 && !strcmp(latest, path), "latest %s", latest);
+	CHECK(_dos_checkpoint_latest(dir, latest, sizeof latest) == -ENOENT, "shards alone count as a checkpoint");
+	CHECK(_dos_checkpoint_save_manifest(dir, &s.meta, 4, 2, NULL, 0) == -ENOENT, "a manifest of 4 shards of 3");
+	CHECK(_dos_checkpoint_latest(dir, latest, sizeof latest) == -ENOENT, "a refused manifest was written");
+	CHECK(_dos_checkpoint_save_manifest(dir, &s.meta, SHARDS, 2, path, sizeof path) == 0, "%s", dos_last_error());
+	CHECK(_dos_checkpoint_latest(dir, latest, sizeof latest) == 0 && !strcmp(latest, path), "latest %s", latest);
 
 	/* resharding: the whole state, and ranges of other rank counts, across shard borders */
 	expect_range(path, &s, 0, shard_begin[SHARDS]);
@@ -785,10 +785,10 @@ static void shards_group(const char *dir)
 	d.master = test_malloc(d.n * 4);
 	d.m = test_malloc(d.n * 4);
 	d.v = test_malloc(d.n * 4);
-	CHECK(dos_checkpoint_load_range(path, &s.meta, 0, d.n, &d.got, d.master, NULL, NULL) == 0 &&
+	CHECK(_dos_checkpoint_load_range(path, &s.meta, 0, d.n, &d.got, d.master, NULL, NULL) == 0 &&
 		      !memcmp(d.master, s.master, d.n * 4),
 	      "master alone: %s", dos_last_error());
-	CHECK(dos_checkpoint_load_range(path, &s.meta, 5, d.n, &d.got, d.master, d.m, d.v) == -EINVAL &&
+	CHECK(_dos_checkpoint_load_range(path, &s.meta, 5, d.n, &d.got, d.master, d.m, d.v) == -EINVAL &&
 		      strstr(dos_last_error(), "begin = 5, len = 10007"),
 	      "a range past the end: %s", dos_last_error());
 
@@ -808,8 +808,8 @@ static void shards_group(const char *dir)
 	struct dos_checkpoint_meta meta = other.meta;
 	meta.state_begin = shard_begin[1];
 	meta.state_len = shard_begin[2] - shard_begin[1];
-	CHECK(dos_checkpoint_save_shard(dir, &meta, 1, SHARDS, other.master + shard_begin[1], other.m + shard_begin[1],
-					other.v + shard_begin[1]) == 0,
+	CHECK(_dos_checkpoint_save_shard(dir, &meta, 1, SHARDS, other.master + shard_begin[1], other.m + shard_begin[1],
+					 other.v + shard_begin[1]) == 0,
 	      "%s", dos_last_error());
 	expect_refusal(path, &s.meta, &d, -EIO, "shard-1-of-3", "not the one the manifest names");
 	write_whole(shard, good, len);
@@ -821,7 +821,7 @@ static void shards_group(const char *dir)
 	for (size_t bit = 0; bit < 8 * len; bit++) {
 		write_flipped(path, manifest, len, bit / 8, (unsigned char)(1u << (bit % 8)));
 		dest_fill(&d);
-		int err = dos_checkpoint_load(path, &s.meta, &d.got, d.master, d.m, d.v);
+		int err = _dos_checkpoint_load(path, &s.meta, &d.got, d.master, d.m, d.v);
 		CHECK(err == -EIO || err == -EINVAL, "manifest bit %zu flipped: %d", bit, err);
 		CHECK(all_sentinel(d.master, d.n * 4) && all_sentinel(&d.got, sizeof d.got),
 		      "manifest bit %zu flipped: arrays written", bit);
@@ -833,7 +833,7 @@ static void shards_group(const char *dir)
 	struct dos_checkpoint_meta bigger = s.meta;
 	bigger.nparams++;
 	dest_fill(&d);
-	CHECK(dos_checkpoint_load(path, &bigger, &d.got, d.master, d.m, d.v) == -EINVAL &&
+	CHECK(_dos_checkpoint_load(path, &bigger, &d.got, d.master, d.m, d.v) == -EINVAL &&
 		      strstr(dos_last_error(), "nparams = 10007"),
 	      "another model: %s", dos_last_error());
 
@@ -841,7 +841,7 @@ static void shards_group(const char *dir)
 	 * latest; the save after that removes the orphans and, beyond keep, the older ones */
 	s.meta.steps_done = n + 1;
 	save_sharded(dir, &s, 1, 1);
-	CHECK(dos_checkpoint_latest(dir, latest, sizeof latest) == 0 && !strcmp(latest, path), "latest %s", latest);
+	CHECK(_dos_checkpoint_latest(dir, latest, sizeof latest) == 0 && !strcmp(latest, path), "latest %s", latest);
 	s.meta.steps_done = n + 2;
 	save_sharded(dir, &s, 1, 0);
 	list_dir(dir, listing, sizeof listing);

@@ -1,7 +1,11 @@
 /* The CUDA kernels against the scalar CPU reference, bit for bit (any NaN equals any
  * NaN), on every output and dtype combination, odd sizes, unaligned starts (which take
  * the non-vectorised path) and awkward values; the update's non-finite bits equal the
- * CPU's. Exits 77 (skipped) without a GPU. */
+ * CPU's. One size runs every grid-stride loop several times over the grid in force
+ * (DOS_CUDA_MAX_BLOCKS), one more the statistics over several segments.
+ * DOS_QUICK_CHECK=1 leaves out the two sizes past a thousand, which cost minutes under
+ * the GPU simulator (with DOS_CUDA_MAX_BLOCKS=8 there, the grid-stride size is 16389).
+ * Exits 77 (skipped) without a GPU. */
 #include "config.h"
 #include "test_util.h"
 
@@ -14,15 +18,14 @@ int main(void)
 #else
 #include <cuda_runtime.h>
 
+#include "cuda_grid.h"
 #include "kernels.h"
 #include "parity_util.h"
 
-static const size_t sizes[] = {1, 7, 8, 15, 17, 100, 65536 * 3 + 1000, 1000003};
+/* the last two only without DOS_QUICK_CHECK */
+static const size_t sizes[] = {1, 7, 8, 15, 17, 100, 1003, 65536 * 3 + 1000, 1000003};
+static const size_t quick_sizes = 7;
 static const size_t offsets[] = {0, 1, 3};
-/* Past what one pass of the kernels' grids covers (8192 blocks of 256 threads, 4 elements
- * a thread in the aligned update): every grid-stride loop runs several times, and
- * grad_stats adds over a thousand segment sums. The sizes above fit in one pass. */
-static const size_t large_size = (size_t)2 * 8192 * 256 * 4 + 5;
 
 /* A device copy of host[0 .. bytes) placed `offset_bytes` past a 256-byte boundary. */
 static void *to_device(void **base, const void *host, size_t bytes, size_t offset_bytes)
@@ -99,6 +102,37 @@ static void check_adam(size_t n, size_t off, enum dos_dtype gt, enum dos_dtype w
 	free(p), free(m), free(v), free(g), free(w);
 }
 
+/* The statistics of the n gradients g (host) and dg (device). */
+static void check_grad_stats(const void *g, const void *dg, enum dos_dtype t, size_t n, const char *ctx)
+{
+	struct dos_grad_stats ref, *dstats, got;
+	_dos_cpu_kernels_scalar.grad_stats(g, t, n, &ref);
+	CUDA_OK(cudaMalloc((void **)&dstats, sizeof *dstats));
+	CUDA_OK(_dos_grad_stats_cuda(dg, t, n, dstats, 0));
+	CUDA_OK(cudaMemcpy(&got, dstats, sizeof got, cudaMemcpyDeviceToHost));
+	CHECK(memcmp(&ref.sum_sq, &got.sum_sq, 8) == 0 || (isnan(ref.sum_sq) && isnan(got.sum_sq)),
+	      "%s: grad_stats %a vs %a", ctx, ref.sum_sq, got.sum_sq);
+	CHECK(ref.nonfinite == got.nonfinite, "%s: nonfinite %u vs %u", ctx, ref.nonfinite, got.nonfinite);
+	CUDA_OK(cudaFree(dstats));
+}
+
+/* The statistics alone, of finite values (a sum that stays finite), over several segments. */
+static void check_stats_segments(size_t n, size_t off, enum dos_dtype t, uint64_t seed)
+{
+	size_t es = dos_dtype_size(t);
+	void *g = test_malloc(n * es), *base;
+	uint64_t rng = seed;
+	for (size_t i = 0; i < n; i++)
+		dos_store_elem(g, i, t, value_mix(&rng, 0));
+	void *dg = to_device(&base, g, n * es, off * es);
+	char ctx[128];
+	snprintf(ctx, sizeof ctx, "cuda n=%zu (%zu segments) offset=%zu dtype=%s", n,
+		 (n + DOS_STATS_SEGMENT - 1) / DOS_STATS_SEGMENT, off, dos_dtype_name(t));
+	check_grad_stats(g, dg, t, n, ctx);
+	CUDA_OK(cudaFree(base));
+	free(g);
+}
+
 static void check_companions(size_t n, size_t off, enum dos_dtype t, uint64_t seed)
 {
 	size_t es = dos_dtype_size(t);
@@ -125,15 +159,7 @@ static void check_companions(size_t n, size_t off, enum dos_dtype t, uint64_t se
 		free(rw);
 	}
 
-	struct dos_grad_stats ref, *dstats, got;
-	_dos_cpu_kernels_scalar.grad_stats(g, t, n, &ref);
-	CUDA_OK(cudaMalloc((void **)&dstats, sizeof *dstats));
-	CUDA_OK(_dos_grad_stats_cuda(dg, t, n, dstats, 0));
-	CUDA_OK(cudaMemcpy(&got, dstats, sizeof got, cudaMemcpyDeviceToHost));
-	CHECK(memcmp(&ref.sum_sq, &got.sum_sq, 8) == 0 || (isnan(ref.sum_sq) && isnan(got.sum_sq)),
-	      "%s: grad_stats %a vs %a", ctx, ref.sum_sq, got.sum_sq);
-	CHECK(ref.nonfinite == got.nonfinite, "%s: nonfinite %u vs %u", ctx, ref.nonfinite, got.nonfinite);
-	CUDA_OK(cudaFree(dstats));
+	check_grad_stats(g, dg, t, n, ctx);
 
 	static const float factors[] = {0.37f, 1.0f / 1024, 3e4f, 0.0f};
 	for (int f = 0; f < 4; f++) {
@@ -158,7 +184,15 @@ int main(void)
 	}
 	struct cudaDeviceProp prop;
 	CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-	for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+	const size_t nsizes = test_quick() ? quick_sizes : sizeof sizes / sizeof sizes[0];
+	/* Past what one pass of the kernels' grids covers (max_blocks blocks of 256 threads, 4
+	 * elements a thread in the aligned update): every grid-stride loop runs several times.
+	 * The sizes above fit in one pass of the default grid. */
+	const size_t max_blocks = _dos_cuda_max_blocks();
+	const size_t large_size = 2 * max_blocks * 256 * 4 + 5;
+	/* grad_stats: one block per segment, whatever the cap; more than two segments */
+	const size_t stats_size = 2 * DOS_STATS_SEGMENT + 5;
+	for (size_t si = 0; si < nsizes; si++)
 		for (size_t oi = 0; oi < sizeof offsets / sizeof offsets[0]; oi++)
 			for (int gt = DOS_FP32; gt <= DOS_BF16; gt++) {
 				size_t n = sizes[si], off = offsets[oi];
@@ -173,9 +207,13 @@ int main(void)
 		check_companions(large_size, off, DOS_FP16, 0x1a53ULL + off);
 		check_adam(large_size, off, DOS_FP16, DOS_BF16, 1, 0x1a53ULL + off);
 	}
-	printf("CUDA (%s) == scalar on every output: %zu sizes x %zu offsets x 3 grad dtypes x 3 weight kinds, "
-	       "and %zu elements (fp16 grad, bf16 weight) at 2 offsets\n",
-	       prop.name, sizeof sizes / sizeof sizes[0], sizeof offsets / sizeof offsets[0], large_size);
+	for (int t = DOS_FP32; t <= DOS_BF16; t++)
+		check_stats_segments(stats_size, 1, (enum dos_dtype)t, 0x5e65ULL + (uint64_t)t);
+	printf("CUDA (%s) == scalar on every output: %zu sizes up to %zu x %zu offsets x 3 grad dtypes x 3 weight "
+	       "kinds; %zu elements (fp16 grad, bf16 weight) at 2 offsets, past 2 passes of the grid (%zu blocks); "
+	       "grad_stats over %zu elements in 3 dtypes\n",
+	       prop.name, nsizes, sizes[nsizes - 1], sizeof offsets / sizeof offsets[0], large_size, max_blocks,
+	       stats_size);
 	return 0;
 }
 #endif

@@ -1,12 +1,12 @@
 /* The reference for examples/host_app: the same model (examples/mlp.c), data and recipe,
- * trained through the optimizer's internal path (graph/iteration.c's dos_optimizer_*, as
+ * trained through the optimizer's internal path (graph/optimizer.c's dos_optimizer_*, as
  * dos-train's loop uses it) in a StarPU that runs only the dos policy. tests/test_host_app.sh
  * compares what this writes with --dump to host_app's runs, bit for bit. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "iteration.h"
+#include "optimizer.h"
 #include "mlp.h"
 #include "test_util.h"
 
@@ -36,28 +36,26 @@ int main(int argc, char **argv)
 		numel[t] = mlp_numel(t);
 		memcpy(flat + at, model.weights[t], numel[t] * sizeof(float));
 	}
-	struct dos_optimizer_config cfg = {
+	struct _dos_optimizer_config cfg = {
 		.subgroup_size = MLP_SUBGROUP,
 		.hp = {DOS_ADAMW, MLP_LR, 0.9, 0.999, 1e-8, MLP_WEIGHT_DECAY},
 	};
-	struct dos_optimizer opt;
-	CHECK(dos_optimizer_create(&opt, &cfg, MLP_NTENSORS, numel, model.weight, model.grad, flat) == 0, "%s",
+	struct _dos_optimizer *opt;
+	CHECK(_dos_optimizer_create(&opt, &cfg, MLP_NTENSORS, numel, model.weight, model.grad, flat) == 0, "%s",
 	      dos_last_error());
 	for (uint64_t k = 0; k < MLP_STEPS; k++) {
-		struct dos_step_report report;
+		struct _dos_step_report report;
 		mlp_submit_step(&model, k);
-		CHECK(dos_optimizer_submit_step(&opt, &report) == 0 && report.applied, "step %llu: %s",
+		CHECK(_dos_optimizer_submit_step(opt, &report) == 0 && report.applied, "step %llu: %s",
 		      (unsigned long long)k, dos_last_error());
 	}
 	CHECK(starpu_task_wait_for_all() == 0, "wait");
+	struct _dos_optimizer_info info;
+	_dos_optimizer_get_info(opt, &info);
 	printf("reference: loss %.5f -> %.5f over %d steps, %u subgroups\n", model.losses[0],
-	       model.losses[MLP_STEPS - 1], MLP_STEPS, opt.map.nsubgroups);
+	       model.losses[MLP_STEPS - 1], MLP_STEPS, info.nsubgroups);
 
-	dos_optimizer_hold_state(&opt, STARPU_R);
-	memcpy(flat, opt.master, n * sizeof(float));
-	memcpy(flat + n, opt.m, n * sizeof(float));
-	memcpy(flat + 2 * n, opt.v, n * sizeof(float));
-	dos_optimizer_release_state(&opt);
+	_dos_optimizer_read_state(opt, flat, flat + n, flat + 2 * n);
 	for (int t = 0, at = 3 * (int)n; t < MLP_NTENSORS; at += (int)numel[t], t++) {
 		starpu_data_acquire(model.weight[t], STARPU_R);
 		memcpy(flat + at, model.weights[t], numel[t] * sizeof(float));
@@ -73,9 +71,9 @@ int main(int argc, char **argv)
 	/* dos placed the tasks (whether by its plan or by earliest finish: this loop submits
 	 * every step at once, beyond what the policy plans ahead, and the bits must not care) */
 	struct dos_sched_stats st;
-	CHECK(dos_sched_get_stats(0, &st) == 0 && st.decisions >= MLP_STEPS * (2 * opt.map.nsubgroups + MLP_NTENSORS),
+	CHECK(dos_sched_get_stats(0, &st) == 0 && st.decisions >= MLP_STEPS * (2 * info.nsubgroups + MLP_NTENSORS),
 	      "the dos policy placed %lu tasks", st.decisions);
-	dos_optimizer_destroy(&opt);
+	_dos_optimizer_destroy(opt);
 	mlp_destroy(&model);
 	free(flat);
 	starpu_shutdown();

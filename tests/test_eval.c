@@ -1,5 +1,5 @@
-/* Evaluation on held-out data (graph/data.h's dos_corpus_hold_out and eval batches,
- * graph/model.h's dos_model_submit_eval):
+/* Evaluation on held-out data (graph/data.h's _dos_corpus_hold_out and eval batches,
+ * graph/model.h's _dos_model_submit_eval):
  *  1. once the last part of the corpus is held out, no training batch reads a byte of it,
  *     and the held-out micro-batches are its consecutive sequences, the same every time;
  *  2. an evaluation's per-token losses are bit for bit those of a training forward of the
@@ -30,23 +30,24 @@ static void read_back(starpu_data_handle_t h, void *out)
 static void held_out_data(const char *path)
 {
 	struct dos_corpus c;
-	CHECK(dos_corpus_load(&c, path, T, 7) == 0, "%s", dos_last_error());
+	CHECK(_dos_corpus_load(&c, path, T, 7) == 0, "%s", dos_last_error());
 	uint64_t len = c.len;
 	uint32_t batches = 0;
 	/* refusals: out of range, and a corpus part too small for a micro-batch */
 	const double bad[] = {0.0, -0.1, 0.6, NAN};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-		CHECK(dos_corpus_hold_out(&c, bad[i], B, T, &batches) == -EINVAL, "fraction %g accepted", bad[i]);
+		CHECK(_dos_corpus_hold_out(&c, bad[i], B, T, &batches) == -EINVAL, "fraction %g accepted", bad[i]);
 		CHECK(strstr(dos_last_error(), "eval_fraction = ") && strstr(dos_last_error(), "(0, 0.5]"),
 		      "message '%s' does not name the fraction and its range", dos_last_error());
 	}
 	double tiny = (double)(B * T) / (double)len; /* fewer than B sequences of T + 1 bytes */
-	CHECK(dos_corpus_hold_out(&c, tiny, B, T, &batches) == -EINVAL, "a held-out part under a micro-batch accepted");
+	CHECK(_dos_corpus_hold_out(&c, tiny, B, T, &batches) == -EINVAL,
+	      "a held-out part under a micro-batch accepted");
 	CHECK(strstr(dos_last_error(), "held-out sequences of 16 tokens (need a micro-batch of 3)"), "message '%s'",
 	      dos_last_error());
 	CHECK(c.train_len == len && batches == 0, "a refused hold-out changed the corpus or the count");
 
-	CHECK(dos_corpus_hold_out(&c, 0.1, B, T, &batches) == 0, "%s", dos_last_error());
+	CHECK(_dos_corpus_hold_out(&c, 0.1, B, T, &batches) == 0, "%s", dos_last_error());
 	uint64_t held = len - c.train_len;
 	CHECK(held == (uint64_t)((double)len * 0.1) && batches == (held - 1) / T / B,
 	      "held out %llu of %llu bytes in %u batches", (unsigned long long)held, (unsigned long long)len, batches);
@@ -56,7 +57,7 @@ static void held_out_data(const char *path)
 	int32_t ids[B * T], targets[B * T];
 	for (int k = 0; k < 200; k++) {
 		starpu_data_handle_t hi, ht;
-		CHECK(dos_corpus_next_batch(&c, B, T, 0, &hi, &ht) == 0, "%s", dos_last_error());
+		CHECK(_dos_corpus_next_batch(&c, B, T, 0, &hi, &ht) == 0, "%s", dos_last_error());
 		read_back(hi, ids);
 		read_back(ht, targets);
 		for (int s = 0; s < B; s++) {
@@ -75,7 +76,7 @@ static void held_out_data(const char *path)
 	for (uint32_t i = 0; i < batches; i++)
 		for (int again = 0; again < 2; again++) {
 			starpu_data_handle_t hi, ht;
-			CHECK(dos_corpus_eval_batch(&c, i, B, T, 0, &hi, &ht) == 0, "%s", dos_last_error());
+			CHECK(_dos_corpus_eval_batch(&c, i, B, T, 0, &hi, &ht) == 0, "%s", dos_last_error());
 			read_back(hi, ids);
 			read_back(ht, targets);
 			for (int s = 0; s < B; s++)
@@ -87,7 +88,7 @@ static void held_out_data(const char *path)
 					      t, (unsigned long long)at);
 				}
 		}
-	dos_corpus_free(&c);
+	_dos_corpus_free(&c);
 	printf("held-out data: %llu of %llu bytes, %u micro-batches; 200 training batches outside it; 5 refusals\n",
 	       (unsigned long long)held, (unsigned long long)len, batches);
 }
@@ -108,17 +109,17 @@ static void eval_equals_training_forward(const char *path, enum dos_dtype dtype,
 {
 	struct dos_model_shape shape = {.vocab = 256, .hidden = 32, .heads = 4, .ffn = 64, .layers = 2, .seq_len = T};
 	struct dos_model m;
-	CHECK(dos_model_create(&m, &shape, B, 11, dtype, checkpoint, 0) == 0, "%s", dos_last_error());
+	CHECK(_dos_model_create(&m, &shape, B, 11, dtype, checkpoint, 0) == 0, "%s", dos_last_error());
 	struct dos_corpus c;
 	uint32_t batches;
-	CHECK(dos_corpus_load(&c, path, T, 7) == 0 && dos_corpus_hold_out(&c, 0.2, B, T, &batches) == 0, "%s",
+	CHECK(_dos_corpus_load(&c, path, T, 7) == 0 && _dos_corpus_hold_out(&c, 0.2, B, T, &batches) == 0, "%s",
 	      dos_last_error());
 	float trained[B * T], evaluated[B * T];
 	for (uint32_t i = 0; i < 2; i++) {
 		poison_gradients(&m); /* an evaluation must leave them so */
 		starpu_data_handle_t ids, targets, loss;
-		CHECK(dos_corpus_eval_batch(&c, i, B, T, 0, &ids, &targets) == 0 &&
-			      dos_model_submit_eval(&m, ids, targets, &loss) == 0,
+		CHECK(_dos_corpus_eval_batch(&c, i, B, T, 0, &ids, &targets) == 0 &&
+			      _dos_model_submit_eval(&m, ids, targets, &loss) == 0,
 		      "%s", dos_last_error());
 		read_back(loss, evaluated);
 		for (uint32_t t = 0; t < m.ntensors; t++) {
@@ -128,8 +129,8 @@ static void eval_equals_training_forward(const char *path, enum dos_dtype dtype,
 				CHECK(isnan(g[k]), "the evaluation wrote gradient %u[%u]", t, k);
 			starpu_data_release(m.grad[t]);
 		}
-		CHECK(dos_corpus_eval_batch(&c, i, B, T, 0, &ids, &targets) == 0 &&
-			      dos_model_submit_microbatch(&m, ids, targets, 1.0f, 0, &loss) == 0,
+		CHECK(_dos_corpus_eval_batch(&c, i, B, T, 0, &ids, &targets) == 0 &&
+			      _dos_model_submit_microbatch(&m, ids, targets, 1.0f, 0, &loss) == 0,
 		      "%s", dos_last_error());
 		read_back(loss, trained);
 		for (int k = 0; k < B * T; k++)
@@ -139,8 +140,8 @@ static void eval_equals_training_forward(const char *path, enum dos_dtype dtype,
 			      checkpoint ? " checkpointed" : "", i, k, evaluated[k], trained[k]);
 	}
 	starpu_task_wait_for_all();
-	dos_corpus_free(&c);
-	dos_model_destroy(&m);
+	_dos_corpus_free(&c);
+	_dos_model_destroy(&m);
 	printf("evaluation == training forward, bit for bit, no gradient written: %s%s\n", dos_dtype_name(dtype),
 	       checkpoint ? ", activation checkpointing" : "");
 }

@@ -73,13 +73,13 @@ int main(void)
 	struct fixture fx;
 	load_fixture(fixture_path, &fx);
 	struct dos_model_shape shape = {fx.V, fx.d, fx.H, fx.F, fx.L, fx.T};
-	CHECK(dos_model_param_count(&shape, NULL) == fx.P, "parameter count %llu, fixture %llu",
-	      (unsigned long long)dos_model_param_count(&shape, NULL), (unsigned long long)fx.P);
+	CHECK(_dos_model_param_count(&shape, NULL) == fx.P, "parameter count %llu, fixture %llu",
+	      (unsigned long long)_dos_model_param_count(&shape, NULL), (unsigned long long)fx.P);
 
 	/* initial weights: bit for bit */
 	float *init = malloc(fx.P * sizeof(float));
 	CHECK(init, "out of memory");
-	dos_model_init_weights(&shape, fx.seed, init);
+	_dos_model_init_weights(&shape, fx.seed, init);
 	long diff = test_first_difference(init, fx.initial, fx.P, sizeof(float));
 	CHECK(diff < 0, "initial weight %ld differs: ours %.9g, torch's %.9g", diff, init[diff], fx.initial[diff]);
 
@@ -91,7 +91,7 @@ int main(void)
 	fclose(cf);
 	uint64_t rng = (uint64_t)fx.seed ^ DOS_DATA_SEED_MIX;
 	for (uint32_t b = 0; b < fx.B; b++) {
-		uint64_t start = dos_splitmix64(&rng) % (clen - fx.T);
+		uint64_t start = _dos_splitmix64(&rng) % (clen - fx.T);
 		for (uint32_t t = 0; t < fx.T; t++)
 			CHECK(fx.ids[b * fx.T + t] == corpus[start + t], "step-0 token %u of sequence %u differs", t,
 			      b);
@@ -121,7 +121,7 @@ int main(void)
 	float *weights = malloc(fx.P * sizeof(float));
 	CHECK(losses && weights, "out of memory");
 	struct dos_train_output out = {.losses = losses, .weights = weights};
-	int err = dos_train_run(&cfg, &out);
+	int err = _dos_train_run(&cfg, &out);
 	CHECK(err == 0, "training failed: %s", dos_last_error());
 	starpu_shutdown();
 

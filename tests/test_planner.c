@@ -1,5 +1,5 @@
 /* The step planner and the bound on made-up machines whose answers are known: the 20B
- * example of dos-algorithm.md (one rank of the 4xH100 node: 50 subgroups of 1e8, all-CPU
+ * example of docs/background.md (one rank of the 4xH100 node: 50 subgroups of 1e8, all-CPU
  * update 2.27 s, 25 GB/s each way, GPU Adam at 1e11 params/s, gradients and 16-bit
  * weights on the GPU). There the best split without resident state puts ~44% of the
  * subgroups on the GPU for ~1.28 s, and 20 GB / 40 GB of resident state bring the bound
@@ -75,8 +75,8 @@ static double check_plan(const char *what, double budget, int resident_now, doub
 	printf("%-34s bound %.3f s  plan %.3f s (%.3fx bound, %d/%d on GPU)  all-cpu %.3f s  stride-2 %.3f s\n", what,
 	       bound, planned, planned / bound, gpu_count(place), N, all_cpu, stride2);
 	if (expected_bound > 0)
-		CHECK(fabs(bound / expected_bound - 1) < 0.03, "%s: bound %.4f s, the notes' model gives %.4f s", what,
-		      bound, expected_bound);
+		CHECK(fabs(bound / expected_bound - 1) < 0.03,
+		      "%s: bound %.4f s, the model of docs/background.md gives %.4f s", what, bound, expected_bound);
 	CHECK(planned >= bound * (1 - 1e-9), "%s: plan %.4f s beats the bound %.4f s", what, planned, bound);
 	CHECK(planned <= 1.15 * bound, "%s: plan %.4f s is over 1.15x the bound %.4f s", what, planned, bound);
 	CHECK(planned <= all_cpu && planned <= stride2, "%s: plan %.4f s slower than a baseline", what, planned);
@@ -85,11 +85,12 @@ static double check_plan(const char *what, double budget, int resident_now, doub
 
 int main(void)
 {
-	/* The notes' worked example: 2 staging slots of state, no room for residency. */
+	/* The worked example of docs/background.md: 2 staging slots of state, no room for
+	 * residency. */
 	double slots_only = 2.0 * SUBGROUP * DOS_STATE_BYTES_PER_PARAM;
 	check_plan("20B, no resident state", slots_only, 0, 1.276);
 	/* Steady state with 20 GB and 40 GB of resident state (plus the staging slots), as
-	 * in the notes: what fits is on the GPU from the previous step. */
+	 * in docs/background.md: what fits is on the GPU from the previous step. */
 	check_plan("20B, 20 GB resident, steady state", 20e9 + slots_only,
 		   (int)(20e9 / (SUBGROUP * DOS_STATE_BYTES_PER_PARAM)), 0.85);
 	check_plan("20B, 40 GB resident, steady state", 40e9 + slots_only,

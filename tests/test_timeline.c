@@ -1,7 +1,9 @@
 /* The timeline recorder on CPU workers: every watched task gets one bar with a tooltip, a
  * callback the task already had still runs (after recording) and is given back, each worker
- * has a labelled row, names are escaped, a reset forgets everything, and bad arguments
- * are refused. Set TEST_TIMELINE_KEEP=FILE.svg to keep the picture. */
+ * has a labelled row, a bar takes the colour of the phase its task was watched with (a
+ * task that is not ours, that of its name), names are escaped, a reset forgets
+ * everything, and bad arguments are refused. Set TEST_TIMELINE_KEEP=FILE.svg to keep the
+ * picture. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -128,7 +130,7 @@ static struct starpu_task *spin_task(void)
 
 static void submit_watched(struct starpu_task *task)
 {
-	CHECK(dos_timeline_watch(timeline, task) == 0, "dos_timeline_watch");
+	CHECK(dos_timeline_watch(timeline, task, DOS_TIMELINE_BY_NAME) == 0, "dos_timeline_watch");
 	int err = starpu_task_submit(task);
 	CHECK(err == 0, "starpu_task_submit: %d", err);
 }
@@ -167,8 +169,9 @@ int main(void)
 
 	/* Bad arguments. */
 	struct starpu_task *kept = spin_task();
-	CHECK(dos_timeline_watch(NULL, kept) == -EINVAL, "watch with NULL timeline");
-	CHECK(dos_timeline_watch(timeline, NULL) == -EINVAL, "watch of NULL task");
+	CHECK(dos_timeline_watch(NULL, kept, DOS_TIMELINE_BY_NAME) == -EINVAL, "watch with NULL timeline");
+	CHECK(dos_timeline_watch(timeline, NULL, DOS_TIMELINE_BY_NAME) == -EINVAL, "watch of NULL task");
+	CHECK(dos_timeline_watch(timeline, kept, DOS_TASK_PHASES) == -EINVAL, "watch with no phase");
 	CHECK(dos_timeline_write_svg(timeline, NULL, "t") == -EINVAL, "NULL path");
 	CHECK(dos_timeline_write_svg(timeline, "", "t") == -EINVAL, "empty path");
 	CHECK(dos_timeline_write_svg(NULL, path, "t") == -EINVAL, "NULL timeline");
@@ -185,8 +188,8 @@ int main(void)
 	freeing->callback_func = freeing_callback;
 	freeing->callback_arg = strdup("owned by the task");
 	freeing->callback_arg_free = 1;
-	CHECK(dos_timeline_watch(timeline, freeing) == 0, "dos_timeline_watch");
-	CHECK(dos_timeline_watch(timeline, freeing) == -EALREADY, "a task watched twice");
+	CHECK(dos_timeline_watch(timeline, freeing, DOS_TIMELINE_BY_NAME) == 0, "dos_timeline_watch");
+	CHECK(dos_timeline_watch(timeline, freeing, DOS_TIMELINE_BY_NAME) == -EALREADY, "a task watched twice");
 	CHECK(starpu_task_submit(freeing) == 0, "starpu_task_submit");
 	for (int i = 2; i < NTASKS; i++)
 		submit_watched(spin_task());
@@ -256,6 +259,37 @@ int main(void)
 	svg = slurp(path);
 	CHECK(count(svg, "<title>" CODELET_NAME " ") == 1, "expected one plain task after reset");
 	CHECK(strstr(svg, "<title>odd &lt;name&gt; &amp; &apos;quotes&apos; ? ") != NULL, "task name not escaped");
+	check_well_formed(path);
+	free(svg);
+
+	/* The phase a task is watched with colours its bar, whatever its name says; a task
+	 * that is not ours is coloured by its name. The legend counts each family drawn. */
+	dos_timeline_reset(timeline);
+	struct starpu_task *update = spin_task();
+	update->name = "named like a backward_pass";
+	CHECK(dos_timeline_watch(timeline, update, DOS_TASK_UPDATE) == 0, "dos_timeline_watch with a phase");
+	CHECK(starpu_task_submit(update) == 0, "starpu_task_submit");
+	struct starpu_task *foreign = spin_task();
+	foreign->name = "a foreign backward_pass";
+	submit_watched(foreign);
+	submit_watched(spin_task());
+	starpu_task_wait_for_all();
+	CHECK(dos_timeline_write_svg(timeline, path, "phases") == 0, "write_svg with phases");
+	svg = slurp(path);
+	CHECK(strstr(svg, ">update: 1</text>") && strstr(svg, ">backward: 1</text>") && strstr(svg, ">other: 1</text>"),
+	      "the legend does not count one update, one backward and one other task");
+	CHECK(!strstr(svg, ">forward: "), "the legend lists a family no bar has");
+	const char *bar = strstr(svg, "<title>named like a backward_pass ");
+	const char *update_swatch = strstr(svg, ">update: 1</text>");
+	CHECK(bar && update_swatch, "no bar or legend item for the update");
+	const char *fill = bar;
+	while (fill > svg && strncmp(fill, "fill=\"", 6) != 0)
+		fill--;
+	const char *swatch = update_swatch;
+	while (swatch > svg && strncmp(swatch, "fill=\"", 6) != 0)
+		swatch--;
+	CHECK(strncmp(fill, swatch, 14) == 0, "the update's bar (%.14s) is not the colour of its legend item (%.14s)",
+	      fill, swatch);
 	check_well_formed(path);
 	free(svg);
 

@@ -14,8 +14,7 @@
 struct plant {
 	uint64_t step;     /* 1-based step whose update gets the NaN (0: none) */
 	uint32_t subgroup; /* which subgroup's */
-	int buffer;        /* which buffer of its update task: 1 (m) or 3 (gradient) */
-	uint32_t seen;     /* update tasks of that step seen so far */
+	int buffer;        /* which buffer of its update task: DOS_ADAM_BUF_M or DOS_ADAM_BUF_GRAD */
 	int planted;
 };
 
@@ -30,16 +29,14 @@ static struct starpu_codelet plant_nan_cl = {
 	.cpu_funcs = {plant_nan_cpu}, .nbuffers = 1, .modes = {STARPU_RW}, .name = "test_plant_nan"};
 
 /* Called on every task of the training graph just before it is submitted. */
-static void hook(void *arg, struct starpu_task *task)
+static void hook(void *arg, struct starpu_task *task, enum _dos_task_phase phase, uint32_t subgroup)
 {
 	struct plant *p = arg;
 	uint64_t step;
 	enum dos_dtype gt, wt;
 	size_t params;
-	if (!p->step || _dos_adam_task_info(task, &step, &gt, &wt, &params) || step != p->step)
-		return;
-	/* a step's updates are submitted in subgroup order */
-	if (p->seen++ != p->subgroup)
+	if (!p->step || phase != DOS_TASK_UPDATE || subgroup != p->subgroup ||
+	    _dos_adam_task_info(task, &step, &gt, &wt, &params) || step != p->step)
 		return;
 	CHECK(starpu_task_insert(&plant_nan_cl, STARPU_RW, STARPU_TASK_GET_HANDLE(task, p->buffer), 0) == 0,
 	      "plant a NaN");
@@ -86,7 +83,7 @@ static void run(const char *corpus, const char *dir, uint64_t steps, struct plan
 		.hook = hook,
 		.hook_arg = &plant,
 	};
-	int err = dos_train_run(&cfg, NULL);
+	int err = _dos_train_run(&cfg, NULL);
 	uint64_t latest = dir ? latest_checkpoint_and_clear(dir) : 0;
 	if (!plant.step) {
 		CHECK(err == 0, "a clean run failed: %s", dos_last_error());
@@ -119,18 +116,18 @@ int main(void)
 
 	run(corpus, dir, 5, (struct plant){0}, NULL);
 	/* m of subgroup 3 at step 4: m, and through the step the master weights */
-	run(corpus, dir, 6, (struct plant){.step = 4, .subgroup = 3, .buffer = 1},
+	run(corpus, dir, 6, (struct plant){.step = 4, .subgroup = 3, .buffer = DOS_ADAM_BUF_M},
 	    "after step 4 the optimizer state is not finite: master weight, Adam m of subgroup 3 (parameters 12000 to "
 	    "15999); not saved");
 	/* the gradient of subgroup 8 (the short last one) at step 2: all three arrays */
-	run(corpus, dir, 6, (struct plant){.step = 2, .subgroup = 8, .buffer = 3},
+	run(corpus, dir, 6, (struct plant){.step = 2, .subgroup = 8, .buffer = DOS_ADAM_BUF_GRAD},
 	    "after step 2 the optimizer state is not finite: master weight, Adam m, Adam v of subgroup 8 "
 	    "(parameters 32000 to 33439)");
 	/* without checkpoints too: at its step, not at the end of the run */
-	run(corpus, NULL, 8, (struct plant){.step = 2, .subgroup = 5, .buffer = 1},
+	run(corpus, NULL, 8, (struct plant){.step = 2, .subgroup = 5, .buffer = DOS_ADAM_BUF_M},
 	    "after step 2 the optimizer state is not finite: master weight, Adam m of subgroup 5");
 	/* at the last step, whose checkpoint is the final one */
-	run(corpus, dir, 3, (struct plant){.step = 3, .subgroup = 0, .buffer = 1},
+	run(corpus, dir, 3, (struct plant){.step = 3, .subgroup = 0, .buffer = DOS_ADAM_BUF_M},
 	    "after step 3 the optimizer state is not finite: master weight, Adam m of subgroup 0 (parameters 0 to "
 	    "3999)");
 	starpu_shutdown();

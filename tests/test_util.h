@@ -11,6 +11,13 @@
 
 #define TEST_SKIP 77
 
+/* DOS_QUICK_CHECK=1: the short variant (sanitizer builds, distcheck, the GPU simulator). */
+static inline int test_quick(void)
+{
+	const char *q = getenv("DOS_QUICK_CHECK");
+	return q && strcmp(q, "1") == 0;
+}
+
 #define CHECK(cond, ...)                                                                         \
 	do {                                                                                     \
 		if (!(cond)) {                                                                   \

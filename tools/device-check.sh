@@ -76,7 +76,7 @@ summary=$out/summary.txt
 # passed: those skips are failures there, as is a StarPU that finds no CUDA worker.
 gpu_present=0
 { nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || [ -e /dev/nvidia0 ]; } && gpu_present=1
-gpu_tests=" test_cuda_parity test_model_cuda "
+gpu_tests=" test_cuda_parity test_model_cuda test_flat_cuda test_cuda_worker "
 # pack: the work folder (less the multi-megabyte state dumps, only compared here) into
 # $results/device-check.tar.gz, replaced atomically; the plots go first if it would not
 # come back (16 MiB per file).
@@ -148,7 +148,7 @@ group_gpu() {
 	if ((gpu_present)); then
 		step starpu_sees_the_gpu grep -E '^[0-9]+ CUDA workers?:' "$out/starpu_machine_display.log"
 	fi
-	run_tests "$bundle"/tests/test_{cuda_parity,model_cuda,codelets_starpu,train_nonfinite,policy_starpu}
+	run_tests "$bundle"/tests/test_{cuda_parity,model_cuda,flat_cuda,cuda_worker,codelets_starpu,train_nonfinite,policy_starpu}
 	# the optimizer's placement must not change the result with a GPU either: every update
 	# on the CPU against every update on the GPU (resident ratio 1), forward/backward on the
 	# GPU

@@ -150,9 +150,6 @@ __attribute__((constructor)) static void simulate_from_command_line(void)
 
 /* ---- phase times and update placement, from task profiling --------------------------- */
 
-enum phase { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE, PHASE_EVAL, PHASE_COUNT };
-static const char *const phase_names[PHASE_COUNT] = {"data", "forward", "backward", "update", "held-out evaluation"};
-
 /* Time intervals (us), to tell how many updates ran while backward was still running. */
 struct intervals {
 	double (*at)[2];
@@ -167,7 +164,7 @@ struct accounting {
 	pthread_mutex_t lock;
 	uint64_t microbatches_submitted; /* embedding forwards: accumulation per step */
 	uint32_t accumulation;
-	double busy[PHASE_COUNT]; /* task seconds, summed over workers */
+	double busy[DOS_TASK_PHASES]; /* task seconds, summed over workers */
 	uint64_t updates_cpu, updates_gpu;
 	/* the model's matrix products (the codelets whose perfmodel counts floating-point
 	 * operations), by worker type: 0 CPU, 1 CUDA */
@@ -224,23 +221,11 @@ static size_t updates_during_backward(struct intervals *backward, struct interva
 	return count;
 }
 
-static enum phase phase_of(const char *name)
-{
-	if (!strcmp(name, "dos_batch"))
-		return PHASE_DATA;
-	if (!strcmp(name, "dos_eval")) /* graph/model.c names every task of an evaluation so */
-		return PHASE_EVAL;
-	if (strstr(name, "_bwd"))
-		return PHASE_BACKWARD;
-	if (!strncmp(name, "dos_adam", 8) || !strcmp(name, "dos_flat_copy") || !strcmp(name, "dos_grad_stats"))
-		return PHASE_UPDATE;
-	return PHASE_FORWARD; /* *_fwd and the loss */
-}
-
 struct watched {
 	struct accounting *acc;
 	void (*callback)(void *);
 	void *callback_arg;
+	enum _dos_task_phase phase;
 	int record_interval; /* a task of the first OVERLAP_STEPS steps of this run */
 	double flops;        /* a matrix product's floating-point operations, else 0 */
 	uint64_t step;       /* of this run, 0-based */
@@ -259,23 +244,21 @@ static void account_task(void *arg)
 	struct starpu_profiling_task_info *info = task ? task->profiling_info : NULL;
 	if (info) {
 		double seconds = starpu_timing_timespec_delay_us(&info->start_time, &info->end_time) * 1e-6;
-		const char *name = starpu_task_get_name(task);
 		double start = starpu_timing_timespec_to_us(&info->start_time);
 		double end = starpu_timing_timespec_to_us(&info->end_time);
-		enum phase phase = phase_of(name ? name : "");
 		pthread_mutex_lock(&w->acc->lock);
-		w->acc->busy[phase] += seconds;
+		w->acc->busy[w->phase] += seconds;
 		if (w->flops > 0) {
 			int on_gpu = starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER;
 			w->acc->product_flops[on_gpu] += w->flops;
 			w->acc->product_seconds[on_gpu] += seconds;
 		}
-		if (phase == PHASE_BACKWARD) {
+		if (w->phase == DOS_TASK_BACKWARD) {
 			if (w->record_interval)
 				intervals_add(&w->acc->backward, start, end);
 			record_latest(w->acc->backward_end, w->step, w->acc->steps, end);
 		}
-		if (task->cl && !strcmp(task->cl->name, "dos_adam")) {
+		if (w->phase == DOS_TASK_UPDATE) {
 			/* pushed to the scheduler once its last input (the gradient) was there */
 			record_latest(w->acc->gradient_ready, w->step, w->acc->steps,
 				      starpu_timing_timespec_to_us(&info->push_start_time));
@@ -293,36 +276,35 @@ static void account_task(void *arg)
 	free(w);
 }
 
-static void watch_task(void *arg, struct starpu_task *task)
+static void watch_task(void *arg, struct starpu_task *task, enum _dos_task_phase phase, uint32_t subgroup)
 {
+	(void)subgroup;
 	struct accounting *acc = arg;
 	struct watched *w = malloc(sizeof *w);
-	/* tasks are submitted in step order, and each micro-batch starts with its embedding
-	 * forward (the batch tasks do not come through this hook; an evaluation's embedding
-	 * forward is named dos_eval) */
-	const char *name = starpu_task_get_name(task);
-	if (name && !strcmp(name, "dos_embed_fwd"))
+	/* tasks are submitted in step order, and each training micro-batch starts with its
+	 * data task */
+	if (phase == DOS_TASK_DATA)
 		acc->microbatches_submitted++;
 	if (w) {
-		/* the embedding forward of this task's micro-batch is counted: its step follows */
+		/* the data task of this task's micro-batch is counted: its step follows */
 		uint64_t step = acc->microbatches_submitted ? (acc->microbatches_submitted - 1) / acc->accumulation : 0;
 		*w = (struct watched){acc,
 				      task->callback_func,
 				      task->callback_arg,
+				      phase,
 				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation,
 				      0,
 				      step};
-		/* the products' perfmodels regress on their operation count (codelets/model.c):
-		 * the same count gives their rate */
-		enum phase phase = phase_of(name ? name : "");
-		if ((phase == PHASE_FORWARD || phase == PHASE_BACKWARD) && task->cl && task->cl->model &&
+		/* the products' perfmodels regress on their operation count
+		 * (codelets/model_codelets.c): the same count gives their rate */
+		if ((phase == DOS_TASK_FORWARD || phase == DOS_TASK_BACKWARD) && task->cl && task->cl->model &&
 		    task->cl->model->size_base)
 			w->flops = (double)task->cl->model->size_base(task, 0);
 		task->callback_func = account_task;
 		task->callback_arg = w;
 	}
 	if (acc->timeline)
-		dos_timeline_watch(acc->timeline, task);
+		dos_timeline_watch(acc->timeline, task, phase);
 }
 
 static void start_timeline(void *arg)
@@ -430,7 +412,7 @@ static void print_gradient_tail(const struct accounting *acc, uint64_t steps, co
 	double *tail = malloc((steps ? steps : 1) * sizeof *tail);
 	uint64_t n = 0;
 	for (uint64_t k = 0; k < steps; k++) {
-		double backward_end = -dos_dp_max(-acc->backward_end[k]), ready = dos_dp_max(acc->gradient_ready[k]);
+		double backward_end = -_dos_dp_max(-acc->backward_end[k]), ready = _dos_dp_max(acc->gradient_ready[k]);
 		if (tail && backward_end > 0 && ready > 0)
 			tail[n++] = (ready - backward_end) * 1e-6;
 	}
@@ -461,7 +443,7 @@ static int write_dump(const char *path, const struct dos_train_output *out, uint
 	int ok = dp->rank != 0 || fd >= 0;
 	if (!ok)
 		fprintf(stderr, "dos-train: --dump %s: %s\n", tmp, strerror(errno));
-	dos_dp_barrier(); /* the file exists before the other ranks open it */
+	_dos_dp_barrier(); /* the file exists before the other ranks open it */
 	if (dp->rank != 0)
 		ok = (fd = open(tmp, O_WRONLY)) >= 0;
 	const float *arrays[] = {out->master, out->m, out->v, out->weights};
@@ -475,7 +457,7 @@ static int write_dump(const char *path, const struct dos_train_output *out, uint
 	}
 	if (fd >= 0)
 		ok &= close(fd) == 0;
-	ok = dos_dp_sum(ok) == dos_dp_size(dp); /* every rank wrote its part */
+	ok = _dos_dp_sum(ok) == _dos_dp_size(dp); /* every rank wrote its part */
 	if (dp->rank == 0 && (!ok || rename(tmp, path) != 0)) {
 		fprintf(stderr, "dos-train: --dump %s: writing failed\n", path);
 		unlink(tmp);
@@ -491,8 +473,8 @@ static void print_rank_share(const struct dos_train_config *cfg, uint64_t params
 {
 	uint64_t size = cfg->opt.subgroup_size, begin, mine;
 	uint32_t first, end;
-	dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, (uint32_t)((params + size - 1) / size), &first, &end);
-	dos_dp_owned_params(&cfg->dp, cfg->dp.rank, params, size, &begin, &mine);
+	_dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, (uint32_t)((params + size - 1) / size), &first, &end);
+	_dos_dp_owned_params(&cfg->dp, cfg->dp.rank, params, size, &begin, &mine);
 	char host[256] = "?";
 #if DOS_SMPI
 	snprintf(host, sizeof host, "simulated node %d", cfg->dp.rank);
@@ -511,7 +493,7 @@ static void print_rank_share(const struct dos_train_config *cfg, uint64_t params
 static void shutdown_runtime(const struct dos_data_parallel *dp)
 {
 	if (dp->nranks > 0)
-		dos_dp_shutdown();
+		_dos_dp_shutdown();
 	else
 		starpu_shutdown();
 }
@@ -529,7 +511,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	struct dos_train_config cfg = opts.cfg;
-	if (dos_model_shape_check(&cfg.shape) != 0) { /* before StarPU starts */
+	if (_dos_model_shape_check(&cfg.shape) != 0) { /* before StarPU starts */
 		fprintf(stderr, "dos-train: %s\n", dos_last_error());
 		return 2;
 	}
@@ -577,14 +559,14 @@ int main(int argc, char **argv)
 	else
 		conf.sched_policy_name = policy;
 	/* under mpirun or srun: a data-parallel job over StarPU-MPI, one rank per process */
-	int err, launched = dos_dp_launched() && (!simulate || dos_dp_available());
-	if (launched && !dos_dp_available()) {
+	int err, launched = _dos_dp_launched() && (!simulate || _dos_dp_available());
+	if (launched && !_dos_dp_available()) {
 		fprintf(stderr, "dos-train: launched by mpirun or srun, but built without StarPU-MPI: each process "
 				"would train alone; rebuild with MPI (configure --with-mpi)\n");
 		return 2;
 	}
 	struct dos_rank_binding binding = {0};
-	err = launched ? dos_dp_init(&argc, &argv, &conf, &cfg.dp, &binding) : starpu_init(&conf);
+	err = launched ? _dos_dp_init(&argc, &argv, &conf, &cfg.dp, &binding) : starpu_init(&conf);
 	if (err) {
 		if (launched)
 			fprintf(stderr, "dos-train: %s\n", dos_last_error());
@@ -647,7 +629,7 @@ int main(int argc, char **argv)
 			}
 	}
 
-	int ranks = dos_dp_size(&cfg.dp);
+	int ranks = _dos_dp_size(&cfg.dp);
 	unsigned ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
 	unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
 	if (ranks > 1) /* before the job's header, which rank 0 prints */
@@ -667,13 +649,13 @@ int main(int argc, char **argv)
 						   : " (the global batch, exchanged by chain)",
 	       precision, effective, ncpu, ncuda, cfg.data_path);
 	/* what mixed precision saves: 16-bit activations are half of fp32's */
-	uint64_t act_bytes = dos_model_activation_bytes(&cfg.shape, cfg.micro_batch, cfg.opt.weight_dtype,
-							cfg.checkpoint_activations);
+	uint64_t act_bytes = _dos_model_activation_bytes(&cfg.shape, cfg.micro_batch, cfg.opt.weight_dtype,
+							 cfg.checkpoint_activations);
 	printf("dos-train: model computes in %s: activations %llu bytes (%.1f MiB) per micro-batch at their peak\n",
 	       dos_dtype_name(cfg.opt.weight_dtype), (unsigned long long)act_bytes, act_bytes / 1048576.0);
 	fflush(stdout);
 
-	err = dos_train_run(&cfg, &out);
+	err = _dos_train_run(&cfg, &out);
 	if (pr.tty && !quiet)
 		printf("\n");
 	if (err) {
@@ -691,13 +673,13 @@ int main(int argc, char **argv)
 		       (unsigned long long)out.resumed_from, (unsigned long long)cfg.steps);
 	}
 	uint64_t tokens = steps_run * (uint64_t)cfg.accumulation * ranks * cfg.micro_batch * cfg.shape.seq_len;
-	for (int p = 0; p < PHASE_COUNT; p++) /* the job's, over every rank's workers */
-		acc.busy[p] = dos_dp_sum(acc.busy[p]);
-	acc.updates_cpu = (uint64_t)dos_dp_sum((double)acc.updates_cpu);
-	acc.updates_gpu = (uint64_t)dos_dp_sum((double)acc.updates_gpu);
+	for (int p = 0; p < DOS_TASK_PHASES; p++) /* the job's, over every rank's workers */
+		acc.busy[p] = _dos_dp_sum(acc.busy[p]);
+	acc.updates_cpu = (uint64_t)_dos_dp_sum((double)acc.updates_cpu);
+	acc.updates_gpu = (uint64_t)_dos_dp_sum((double)acc.updates_gpu);
 	for (int g = 0; g < 2; g++) {
-		acc.product_flops[g] = dos_dp_sum(acc.product_flops[g]);
-		acc.product_seconds[g] = dos_dp_sum(acc.product_seconds[g]);
+		acc.product_flops[g] = _dos_dp_sum(acc.product_flops[g]);
+		acc.product_seconds[g] = _dos_dp_sum(acc.product_seconds[g]);
 	}
 #ifdef STARPU_SIMGRID
 	const char *clock = " simulated";
@@ -733,8 +715,9 @@ int main(int argc, char **argv)
 	print_gradient_tail(&acc, steps_run < acc.steps ? steps_run : acc.steps, clock);
 	free(pr.loss_at);
 	printf("summary: task time by phase (summed over workers):");
-	for (int p = 0; p < PHASE_COUNT; p++)
-		printf(" %s %.2f s%s", phase_names[p], acc.busy[p], p + 1 < PHASE_COUNT ? "," : "\n");
+	for (int p = 0; p < DOS_TASK_PHASES; p++)
+		printf(" %s %.2f s%s", _dos_task_phase_name((enum _dos_task_phase)p), acc.busy[p],
+		       p + 1 < DOS_TASK_PHASES ? "," : "\n");
 	/* Against `dos-bench gemm` (one OpenBLAS thread; cuBLAS per precision): the share of
 	 * the machine's product rate that forward and backward reach. */
 	for (int g = 0; g < 2; g++)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Bounded libFuzzer runs under ASan and UBSan, one after the other, each given about half
 # of SECONDS:
-#   checkpoint  the checkpoint reader (dos_checkpoint_load, graph/checkpoint.c):
-#               tests/fuzz/fuzz_checkpoint.c with graph/checkpoint.c, integration/errors.c
+#   checkpoint  the checkpoint reader (_dos_checkpoint_load, graph/checkpoint.c):
+#               tests/fuzz/fuzz_checkpoint.c with graph/checkpoint.c, base/errors.c
 #               and codelets/dtype.c; seeds: valid checkpoints;
 #   options     dos-train's option parser (dos_train_parse_options, tools/train_options.c):
 #               tests/fuzz/fuzz_options.c with tools/train_options.c, graph/model.c and
-#               integration/errors.c; seeds: the command lines of tests/test_train.sh.
+#               base/errors.c; seeds: the command lines of tests/test_train.sh.
 # Plain C, no libstarpu: StarPU only for its headers (include/dos.h includes starpu.h).
 # One summary line per target:
 #   fuzz: checkpoint reader: N runs in S s, coverage C, crashes K
@@ -68,7 +68,7 @@ cmp -s "$dir/include/config.h.new" "$dir/include/config.h" 2>/dev/null || mv "$d
 rm -f "$dir/include/config.h.new"
 
 sanitize=(-g -O1 -fno-omit-frame-pointer "-fsanitize=fuzzer,address,undefined" -fno-sanitize-recover=all -std=gnu11)
-includes=(-I "$dir/include" -I "$top/include" -I "$top/integration" -I "$top/graph" -I "$top/codelets"
+includes=(-I "$dir/include" -I "$top/include" -I "$top/base" -I "$top/graph" -I "$top/codelets"
 	-I "$top/tests" -I "$top/tools" -I "$starpu_include")
 
 # ---- checkpoint: the binary, valid checkpoints as seeds, the format's tokens ------------
@@ -76,11 +76,11 @@ prepare_checkpoint() {
 	local bin=$dir/fuzz_checkpoint work=$dir/checkpoint
 	echo "fuzz: building $bin" >&2
 	"$cc" "${sanitize[@]}" -Wall -Wextra -Werror "${includes[@]}" \
-		"$top/tests/fuzz/fuzz_checkpoint.c" "$top/graph/checkpoint.c" "$top/integration/errors.c" \
+		"$top/tests/fuzz/fuzz_checkpoint.c" "$top/graph/checkpoint.c" "$top/base/errors.c" \
 		"$top/codelets/dtype.c" -lpthread -o "$bin.new"
 	mv "$bin.new" "$bin"
 
-	# Seeds: valid checkpoints written by dos_checkpoint_save itself, fresh every run,
+	# Seeds: valid checkpoints written by _dos_checkpoint_save itself, fresh every run,
 	rm -rf "$work/seeds"
 	mkdir -p "$work/seeds"
 	DOS_FUZZ_WRITE_SEEDS=$work/seeds "$bin" || die "writing the checkpoint seed corpus failed"
@@ -113,7 +113,7 @@ prepare_options() {
 	"$cc" "${sanitize[@]}" -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 		-Wno-unused-parameter -Werror "${includes[@]}" \
 		"$top/tests/fuzz/fuzz_options.c" "$top/tools/train_options.c" "$top/graph/model.c" \
-		"$top/integration/errors.c" "$top/codelets/dtype.c" -lm -o "$bin.new"
+		"$top/base/errors.c" "$top/codelets/dtype.c" -lm -o "$bin.new"
 	mv "$bin.new" "$bin"
 
 	# Seeds: the command lines of tests/test_train.sh (runs and refusals) and a few more

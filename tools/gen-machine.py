@@ -127,7 +127,7 @@ ATTENTION_EFFICIENCY = Num(
 )
 
 
-# The products in 16-bit compute (codelets/model.c: perfmodels dos_linear_fwd16, ...):
+# The products in 16-bit compute (codelets/model_codelets.c: perfmodels dos_linear_fwd16, ...):
 # cublasGemmEx on 16-bit operands with fp32 accumulation on the GPU; on the CPU the
 # operands are widened to fp32 and multiplied by the same single-threaded sgemm.
 GEMM16_EFFICIENCY = Num(
@@ -199,12 +199,12 @@ MACHINES = {
             "1 H100 80 GB, 48 cores, PCIe Gen5",
             gpu_model="NVIDIA H100 80GB HBM3",
             cores=Num(
-                48, "cores", "assumption", "one rank's share of the node, as mission.md and the task brief describe it"
+                48, "cores", "assumption", "one rank's share of the node, as docs/background.md describes it"
             ),
             cpu_workers=ONE_CPU_WORKER,
             host_mem=Num(None, "B", "unknown", "not published in our sources; the simulation does not use it"),
             host_bw=derived_host_bw(
-                5e9, 2.27, "dos-algorithm.md: all-CPU step of the 20B model, one rank, ZeRO-3 log: 2271 ms"
+                5e9, 2.27, "docs/background.md: all-CPU step of the 20B model, one rank, ZeRO-3 log: 2271 ms"
             ),
             gpu_mem=Num(
                 81559 * MIB,
@@ -216,14 +216,14 @@ MACHINES = {
                 100e9 * ADAM_BYTES,
                 "B/s",
                 "derived",
-                "dos-algorithm.md: GPU Adam ~100 G params/s on H100 (~1 ms per 1e8) x 28 B/param; "
+                "docs/background.md: GPU Adam ~100 G params/s on H100 (~1 ms per 1e8) x 28 B/param; "
                 "0.84 of the 3.35 TB/s datasheet HBM3 bandwidth",
             ),
             pcie_h2d=Num(
                 25 * GB,
                 "B/s",
                 "published",
-                "dos-algorithm.md worked example: 25 GB/s each way (the logs' best setting sustained ~19 GB/s)",
+                "docs/background.md worked example: 25 GB/s each way (the logs' best setting sustained ~19 GB/s)",
             ),
             pcie_d2h=Num(25 * GB, "B/s", "published", "as H2D: PCIe is full duplex"),
             pcie_latency=PCIE_LATENCY,
@@ -250,7 +250,7 @@ MACHINES = {
             cores=Num(None, "cores", "unknown", "not published in our sources; the CPU is modelled by its bandwidth"),
             cpu_workers=ONE_CPU_WORKER,
             host_mem=Num(None, "B", "unknown", "not published in our sources; the simulation does not use it"),
-            host_bw=derived_host_bw(5e9, 5.20, "dos-algorithm.md: 4xA100 all-CPU step of the 20B model, 5.20 s"),
+            host_bw=derived_host_bw(5e9, 5.20, "docs/background.md: 4xA100 all-CPU step of the 20B model, 5.20 s"),
             gpu_mem=Num(
                 40960 * MIB,
                 "B",
@@ -309,14 +309,14 @@ MACHINES = {
                 4.3e12,
                 "B/s",
                 "measured",
-                "adam.md: ~4.3 TB/s device-to-device copy measured on this H200 (4.8 TB/s datasheet); "
+                "docs/background.md: ~4.3 TB/s device-to-device copy measured on this H200 (4.8 TB/s datasheet); "
                 "GPU Adam assumed to reach it until dos_adam's CUDA model is calibrated",
             ),
             pcie_h2d=Num(
                 50 * GB,
                 "B/s",
                 "estimate",
-                "adam.md: ~50 GB/s per direction on Gen5 x16; replace with StarPU's bus calibration",
+                "docs/background.md: ~50 GB/s per direction on Gen5 x16; replace with StarPU's bus calibration",
             ),
             pcie_d2h=Num(50 * GB, "B/s", "estimate", "as H2D: PCIe is full duplex"),
             pcie_latency=PCIE_LATENCY,
@@ -478,7 +478,7 @@ HISTORY_NX = [10**k for k in range(0, 10)] + [4 * 10**9]
 SAMPLES_PER_ENTRY = 10
 
 
-# ---- the example model's codelets (docs/model.md; codelets/model.c, codelets/flat.c) -----
+# ---- the example model's codelets (docs/model.md; codelets/model_codelets.c, codelets/flat.c) -----
 
 FLOPS, BYTES = "flops", "bytes"  # what a codelet's perfmodel size counts
 SGEMM, ATTENTION, BANDWIDTH = "sgemm", "attention", "bandwidth"  # the rate its time comes from
@@ -518,7 +518,7 @@ MODEL_CODELETS = [
     ModelCodelet(
         "dos_attention_bwd", FLOPS, ATTENTION, "8 B H T^2 hd: four batched products and the softmax backward"
     ),
-    # 16-bit compute: the same kernels under perfmodels of their own (codelets/model.c)
+    # 16-bit compute: the same kernels under perfmodels of their own (codelets/model_codelets.c)
     ModelCodelet("dos_linear_fwd16", FLOPS, GEMM16, "2 n in out, 16-bit operands: y = x w^T (+ residual)"),
     ModelCodelet("dos_linear_bwd_data16", FLOPS, GEMM16, "2 n in out, 16-bit operands: dx = dy w"),
     ModelCodelet("dos_linear_bwd_weight16", FLOPS, GEMM16, "2 n in out, 16-bit operands, fp32 dw: dw = dy^T x"),

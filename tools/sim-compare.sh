@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The policy comparison on the simulated machines, as recorded in results/: the 20B
-# setup of the notes (5e9 params per rank in 1e8 subgroups, fp16 gradients, bf16
+# setup of docs/background.md (5e9 params per rank in 1e8 subgroups, fp16 gradients, bf16
 # weights) on each machine with its whole GPU, on h100-pcie5 with 8 GB left for the
 # optimizer, and on h100-pcie5 with gradients and 16-bit weights living on the GPU as in
 # training (whole GPU, and 32 GB). Needs build-simgrid/ (make check-sim builds it).

@@ -20,6 +20,7 @@ struct event {
 	double start_us, end_us; /* StarPU's clock: microseconds since starpu_init */
 	int worker;
 	uint32_t name;
+	int family; /* its bar's colour: below */
 };
 
 /* Rows 2g and 2g + 1 of the link section: host->GPU g and GPU g->host. */
@@ -67,6 +68,7 @@ struct dos_timeline {
 struct watch_record {
 	struct dos_timeline *tl;
 	struct starpu_task *task;
+	int phase; /* or DOS_TIMELINE_BY_NAME */
 	void (*callback_func)(void *);
 	void *callback_arg;
 	unsigned callback_arg_free;
@@ -205,7 +207,49 @@ static const char *name_of(const struct dos_timeline *tl, uint32_t k)
 	return k == NO_NAME ? "?" : tl->names[k];
 }
 
-static void record_completion(struct dos_timeline *tl, struct starpu_task *task)
+/* The families of bars in the picture, each with its colour: the phases (graph/phase.h),
+ * which our tasks come with, and "other". */
+#define FAM_OTHER DOS_TASK_PHASES
+#define NFAMILIES (DOS_TASK_PHASES + 1)
+static const char *const family_colour[NFAMILIES] = {
+	[DOS_TASK_DATA] = "#9c755f",    [DOS_TASK_FORWARD] = "#4e79a7",    [DOS_TASK_BACKWARD] = "#f28e2b",
+	[DOS_TASK_GATHER] = "#b07aa1",  [DOS_TASK_STATISTICS] = "#edc948", [DOS_TASK_UPDATE] = "#59a14f",
+	[DOS_TASK_REFRESH] = "#76b7b2", [DOS_TASK_EVALUATION] = "#ff9da7", [FAM_OTHER] = "#9d9d9d",
+};
+
+static const char *const link_colour[2] = {"#e15759", "#17becf"}; /* host->GPU, GPU->host */
+static const char *const memory_colour[] = {"#d62728", "#9467bd", "#8c564b", "#2ca02c", "#1f77b4", "#ff7f0e"};
+
+static const char *family_label(int family)
+{
+	return family == FAM_OTHER ? "other" : _dos_task_phase_name((enum _dos_task_phase)family);
+}
+
+/* The family of a task that is not ours (a foreign program's), by its name, as StarPU
+ * programs commonly name their codelets (op_fwd, op_bwd, adam); a name matching several
+ * families takes the first in this table. */
+static int family_by_name(const char *name)
+{
+	static const char *const update[] = {"adam", "optim"};
+	static const char *const backward[] = {"bwd", "backward"};
+	static const char *const forward[] = {"fwd", "forward", "xent", "loss"};
+	static const struct {
+		const char *const *words;
+		size_t n;
+		int family;
+	} table[] = {
+		{update, sizeof update / sizeof *update, DOS_TASK_UPDATE},
+		{backward, sizeof backward / sizeof *backward, DOS_TASK_BACKWARD},
+		{forward, sizeof forward / sizeof *forward, DOS_TASK_FORWARD},
+	};
+	for (size_t t = 0; t < sizeof table / sizeof *table; t++)
+		for (size_t i = 0; i < table[t].n; i++)
+			if (name && strstr(name, table[t].words[i]))
+				return table[t].family;
+	return FAM_OTHER;
+}
+
+static void record_completion(struct dos_timeline *tl, struct starpu_task *task, int phase)
 {
 	struct starpu_profiling_task_info *info = task->profiling_info;
 	STARPU_PTHREAD_MUTEX_LOCK(&tl->lock);
@@ -222,6 +266,7 @@ static void record_completion(struct dos_timeline *tl, struct starpu_task *task)
 		e->end_us = starpu_timing_timespec_to_us(&info->end_time);
 		e->worker = info->workerid;
 		e->name = intern_name(tl, starpu_task_get_name(task));
+		e->family = phase == DOS_TIMELINE_BY_NAME ? family_by_name(starpu_task_get_name(task)) : phase;
 	}
 	take_sample(tl);
 	STARPU_PTHREAD_MUTEX_UNLOCK(&tl->lock);
@@ -233,7 +278,7 @@ static void watch_callback(void *arg)
 {
 	struct watch_record *r = arg;
 	struct watch_record saved = *r;
-	record_completion(r->tl, r->task);
+	record_completion(r->tl, r->task, r->phase);
 	r->task->callback_func = saved.callback_func;
 	r->task->callback_arg = saved.callback_arg;
 	r->task->callback_arg_free = saved.callback_arg_free;
@@ -242,16 +287,16 @@ static void watch_callback(void *arg)
 		saved.callback_func(saved.callback_arg);
 }
 
-int dos_timeline_watch(struct dos_timeline *tl, struct starpu_task *task)
+int dos_timeline_watch(struct dos_timeline *tl, struct starpu_task *task, int phase)
 {
-	if (!tl || !task)
+	if (!tl || !task || !(phase == DOS_TIMELINE_BY_NAME || (phase >= 0 && phase < DOS_TASK_PHASES)))
 		return -EINVAL;
 	if (task->callback_func == watch_callback)
 		return -EALREADY; /* it would be recorded twice */
 	struct watch_record *r = malloc(sizeof *r);
 	if (!r)
 		return -ENOMEM;
-	*r = (struct watch_record){tl, task, task->callback_func, task->callback_arg, task->callback_arg_free};
+	*r = (struct watch_record){tl, task, phase, task->callback_func, task->callback_arg, task->callback_arg_free};
 	task->callback_func = watch_callback;
 	task->callback_arg = r;
 	/* StarPU frees the record if the task is destroyed without completing. */
@@ -391,40 +436,6 @@ int dos_timeline_create(struct dos_timeline **out)
 }
 
 /* ---- SVG ------------------------------------------------------------------------------ */
-
-enum family { FAM_FORWARD, FAM_BACKWARD, FAM_OPTIMIZER, FAM_CAST, FAM_OTHER, NFAMILIES };
-
-static const char *const family_label[NFAMILIES] = {
-	"forward (incl. loss)", "backward", "optimizer (dos_adam, grad scale/stats)", "casts / gathers", "other",
-};
-static const char *const family_colour[NFAMILIES] = {"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#9d9d9d"};
-static const char *const link_colour[2] = {"#e15759", "#17becf"}; /* host->GPU, GPU->host */
-static const char *const memory_colour[] = {"#d62728", "#9467bd", "#8c564b", "#2ca02c", "#1f77b4", "#ff7f0e"};
-
-/* By the codelet naming of this project (dos_<op>_fwd, dos_<op>_bwd, dos_adam, dos_cast,
- * ...); a name matching several families takes the first in this table. */
-static enum family family_of(const char *name)
-{
-	static const char *const optimizer[] = {"adam", "grad_scale", "grad_stats", "optim"};
-	static const char *const cast[] = {"cast", "gather", "scatter", "flat", "copy", "convert"};
-	static const char *const backward[] = {"bwd", "backward"};
-	static const char *const forward[] = {"fwd", "forward", "xent", "loss"};
-	static const struct {
-		const char *const *words;
-		size_t n;
-		enum family f;
-	} table[] = {
-		{optimizer, sizeof optimizer / sizeof *optimizer, FAM_OPTIMIZER},
-		{cast, sizeof cast / sizeof *cast, FAM_CAST},
-		{backward, sizeof backward / sizeof *backward, FAM_BACKWARD},
-		{forward, sizeof forward / sizeof *forward, FAM_FORWARD},
-	};
-	for (size_t t = 0; t < sizeof table / sizeof *table; t++)
-		for (size_t i = 0; i < table[t].n; i++)
-			if (strstr(name, table[t].words[i]))
-				return table[t].f;
-	return FAM_OTHER;
-}
 
 /* Writes `s` as XML character data: markup characters escaped, control characters and
  * malformed UTF-8 replaced by '?', at most `max_chars` characters (then an ellipsis). */
@@ -569,7 +580,9 @@ static double draw_legend(FILE *f, const struct dos_timeline *tl, const size_t *
 	double right = SVG_WIDTH - 12;
 	char text[160], swatch[200];
 	for (int fam = 0; fam < NFAMILIES; fam++) {
-		snprintf(text, sizeof text, "%s: %zu", family_label[fam], family_count[fam]);
+		if (!family_count[fam])
+			continue;
+		snprintf(text, sizeof text, "%s: %zu", family_label(fam), family_count[fam]);
 		snprintf(swatch, sizeof swatch, "<rect width=\"12\" height=\"12\" fill=\"%s\"/>", family_colour[fam]);
 		legend_item(f, &lx, &ly, 12, right, swatch, text);
 	}
@@ -648,7 +661,7 @@ static int write_svg_locked(struct dos_timeline *tl, FILE *f, const char *title)
 		t_end = fmax(t_end, e->end_us);
 		busy[e->worker] += e->end_us - e->start_us;
 		tasks_on[e->worker]++;
-		family_count[family_of(name_of(tl, e->name))]++;
+		family_count[e->family]++;
 	}
 	fr.span_us = t_end - fr.t0_us;
 	if (!(fr.span_us >= 1.0))
@@ -767,7 +780,7 @@ static int write_svg_locked(struct dos_timeline *tl, FILE *f, const char *title)
 		double ry = rows_top + row_of_worker[e->worker] * ROW_PITCH;
 		/* A white edge separates back-to-back tasks, where there is room for one. */
 		fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"%s><title>", x0,
-			ry + 1, fmax(x1 - x0, 0.4), ROW_H - 2, family_colour[family_of(name)],
+			ry + 1, fmax(x1 - x0, 0.4), ROW_H - 2, family_colour[e->family],
 			x1 - x0 > 3 ? " stroke=\"#fff\" stroke-width=\"0.6\"" : "");
 		put_text(f, name, 200);
 		fprintf(f, " %.3f ms on ", (e->end_us - e->start_us) / 1000.0);

@@ -6,6 +6,8 @@
 
 #include <starpu.h>
 
+#include "phase.h"
+
 /* Most task events (24 bytes each) and link/memory samples (8 + 24 bytes per GPU each)
  * kept between two resets: later tasks are counted, not drawn, and later samples merge
  * into the last one; the picture says so. */
@@ -22,18 +24,25 @@ struct dos_timeline;
  * -ENOMEM, or StarPU's negative code when profiling cannot be enabled. */
 int dos_timeline_create(struct dos_timeline **out);
 
-/* Records `task` when it completes: worker, start and end (task->profiling_info), and its
- * name (starpu_task_get_name: task->name, else the codelet's name); the link byte counters
- * and GPU memory in use are sampled at the same moment. Call before submitting. A callback
+/* The phase of a watched task that is not ours (a foreign program's): its bar is coloured
+ * by what its name says (op_fwd, op_bwd, adam), else as "other". */
+#define DOS_TIMELINE_BY_NAME (-1)
+
+/* Records `task` when it completes: worker, start and end (task->profiling_info), its name
+ * (starpu_task_get_name: task->name, else the codelet's name) and its phase, an enum
+ * _dos_task_phase (graph/phase.h) that colours its bar, or DOS_TIMELINE_BY_NAME; the link
+ * byte counters and GPU memory in use are sampled at the same moment. Call before
+ * submitting. A callback
  * the task already has is kept and called right after recording, on the same thread; its
  * callback_func, callback_arg and callback_arg_free are given back to the task then (so a
  * regenerated task is watched once per call). A task without codelet is sampled but not
  * drawn; one that ran without profiling information is counted in the picture's warning.
- * Returns 0, -EINVAL when `tl` or `task` is NULL, -EALREADY when the task is watched and
- * has not completed since, or -ENOMEM (the task then runs unwatched, callback unchanged).
- * A watched task destroyed without completing frees the recorder's per-task record, but
- * not a callback_arg of its own that it asked StarPU to free. */
-int dos_timeline_watch(struct dos_timeline *tl, struct starpu_task *task);
+ * Returns 0, -EINVAL when `tl` or `task` is NULL or `phase` is neither, -EALREADY when
+ * the task is watched and has not completed since, or -ENOMEM (the task then runs
+ * unwatched, callback unchanged). A watched task destroyed without completing frees the
+ * recorder's per-task record, but not a callback_arg of its own that it asked StarPU to
+ * free. */
+int dos_timeline_watch(struct dos_timeline *tl, struct starpu_task *task, int phase);
 
 /* Forgets every task and sample recorded so far and takes a fresh sample: call at the
  * start of the iteration to keep. The time axis starts here (or at the earliest start of

@@ -118,7 +118,7 @@ static int parse_double(FILE *err, const char *option, const char *text, double 
 	return 0;
 }
 
-/* Whether the shape's parameter count fits 64 bits. dos_model_param_count (graph/model.c)
+/* Whether the shape's parameter count fits 64 bits. _dos_model_param_count (graph/model.c)
  * counts modulo 2^64: a wrapped count sized dos-train's --dump buffers wrongly, and one
  * wrapped to 0 made the default subgroup size 0, which dos-train divided by. The count of
  * docs/model.md: per layer d (4d + 2F + 2) (two norms, QKV 3d^2, O d^2, the two MLP
@@ -132,7 +132,7 @@ static bool param_count_fits(const struct dos_model_shape *s)
 	       !__builtin_mul_overflow(d, 2 * V + T + 1, &rest) && !__builtin_add_overflow(layers, rest, &total);
 }
 
-/* dos_model_param_count's value for a shape whose count fits 64 bits, without its walk
+/* _dos_model_param_count's value for a shape whose count fits 64 bits, without its walk
  * over every layer (--layers 4294967295 took 11 s): a layer adds the same count each time
  * (model.h), so the count is that of no layers plus layers times that of one. Both are at
  * most the whole count, so nothing wraps. */
@@ -140,9 +140,9 @@ static uint64_t param_count(const struct dos_model_shape *s)
 {
 	struct dos_model_shape few = *s;
 	few.layers = 0;
-	uint64_t none = dos_model_param_count(&few, NULL);
+	uint64_t none = _dos_model_param_count(&few, NULL);
 	few.layers = 1;
-	uint64_t one = dos_model_param_count(&few, NULL);
+	uint64_t one = _dos_model_param_count(&few, NULL);
 	return none + s->layers * (one - none);
 }
 

@@ -26,7 +26,7 @@ struct train_options {
 	 * scale), checkpoint_dir, checkpoint_every, resume; the rest zero */
 	struct dos_train_config cfg;
 	const struct train_preset *preset;          /* --preset, or the default one */
-	uint64_t params;                            /* dos_model_param_count(&cfg.shape, NULL) */
+	uint64_t params;                            /* _dos_model_param_count(&cfg.shape, NULL) */
 	const char *policy;                         /* never NULL: "dos" by default */
 	const char *precision;                      /* "fp32", "bf16" or "fp16" */
 	const char *plot, *trace, *dump, *simulate; /* NULL when not given */
@@ -49,7 +49,7 @@ enum {
  * params unless --subgroup-size gave it), --resume and --checkpoint-every come with
  * --checkpoint-dir, and the loss scale is 0 (off) or >= 1. Other settings (a hidden size
  * that heads does not divide, the AdamW ranges, a subgroup size larger than the model)
- * are dos_train_run's to refuse.
+ * are _dos_train_run's to refuse.
  *
  * getopt_long's own messages (an unknown option, a missing argument) can only go to
  * stderr: they are printed when err is stderr and left out otherwise; the usage text

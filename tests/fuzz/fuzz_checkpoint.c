@@ -1,5 +1,5 @@
 /* libFuzzer target for the checkpoint reader (graph/checkpoint.c): every input is written
- * to a file and handed to dos_checkpoint_load with a fixed small layout. Beside it lie the
+ * to a file and handed to _dos_checkpoint_load with a fixed small layout. Beside it lie the
  * two shards of a sharded checkpoint of that layout after step SHARD_STEP, so that an
  * input that is a manifest (of those shards, or almost) reaches the sharded path. Built and run by
  * tools/fuzz.sh (`make fuzz`), not by the autotools build; see tests/fuzz/README.md.
@@ -21,7 +21,7 @@
  * A broken rule calls abort(), which libFuzzer reports as a crash with the input saved.
  *
  * With DOS_FUZZ_WRITE_SEEDS=DIR in the environment the program instead writes valid
- * checkpoints (dos_checkpoint_save) into DIR as the seed corpus and exits. */
+ * checkpoints (_dos_checkpoint_save) into DIR as the seed corpus and exits. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -163,8 +163,8 @@ static void write_shards(const char *dir)
 		meta.state_begin = shard_begin[i];
 		meta.state_len = shard_begin[i + 1] - shard_begin[i];
 		uint64_t b = shard_begin[i];
-		int err = dos_checkpoint_save_shard(dir, &meta, (uint32_t)i, 2, shard_arrays[0] + b,
-						    shard_arrays[1] + b, shard_arrays[2] + b);
+		int err = _dos_checkpoint_save_shard(dir, &meta, (uint32_t)i, 2, shard_arrays[0] + b,
+						     shard_arrays[1] + b, shard_arrays[2] + b);
 		REQUIRE(err == 0, "cannot write shard %d: %s", i, dos_last_error());
 		char path[4200];
 		snprintf(path, sizeof path, "%s/checkpoint-%d.shard-%d-of-2.dos", dir, SHARD_STEP, i);
@@ -249,7 +249,7 @@ static void check_one(const unsigned char *data, size_t size)
 	int manifest = is_manifest(data, size);
 	int valid = manifest ? oracle_valid_manifest(data, size) : oracle_valid(data, size);
 	int fd_before = lowest_free_fd();
-	int err = dos_checkpoint_load(input_path, &expect, &got, arrays[0], arrays[1], arrays[2]);
+	int err = _dos_checkpoint_load(input_path, &expect, &got, arrays[0], arrays[1], arrays[2]);
 	REQUIRE(lowest_free_fd() == fd_before, "a file descriptor leaked (err = %d)", err);
 
 	if (err) {
@@ -326,7 +326,7 @@ static int write_seeds(const char *dir)
 						    .beta2 = 0.999,
 						    .eps = 1e-8,
 						    .weight_decay = 0.01 * k};
-		if (dos_checkpoint_save(dir, &meta, arrays[0], arrays[1], arrays[2], 1000, path, sizeof path) != 0) {
+		if (_dos_checkpoint_save(dir, &meta, arrays[0], arrays[1], arrays[2], 1000, path, sizeof path) != 0) {
 			fprintf(stderr, "fuzz_checkpoint: cannot write a seed in %s: %s\n", dir, dos_last_error());
 			return 1;
 		}
@@ -338,7 +338,7 @@ static int write_seeds(const char *dir)
 	other.steps_done = 7777;
 	other.weight_dtype = DOS_BF16;
 	other.grad_dtype = DOS_FP16;
-	if (dos_checkpoint_save(dir, &other, arrays[0], arrays[1], arrays[2], 1000, path, sizeof path) != 0) {
+	if (_dos_checkpoint_save(dir, &other, arrays[0], arrays[1], arrays[2], 1000, path, sizeof path) != 0) {
 		fprintf(stderr, "fuzz_checkpoint: cannot write a seed in %s: %s\n", dir, dos_last_error());
 		return 1;
 	}
@@ -346,14 +346,14 @@ static int write_seeds(const char *dir)
 	write_shards(dir);
 	other = expect;
 	other.steps_done = SHARD_STEP;
-	if (dos_checkpoint_save_manifest(dir, &other, 2, 1000, path, sizeof path) != 0) {
+	if (_dos_checkpoint_save_manifest(dir, &other, 2, 1000, path, sizeof path) != 0) {
 		fprintf(stderr, "fuzz_checkpoint: cannot write the manifest seed in %s: %s\n", dir, dos_last_error());
 		return 1;
 	}
 	other = meta;
 	other.subgroup_size = 8;
 	other.steps_done = 8888;
-	if (dos_checkpoint_save(dir, &other, arrays[0], arrays[1], arrays[2], 1000, path, sizeof path) != 0) {
+	if (_dos_checkpoint_save(dir, &other, arrays[0], arrays[1], arrays[2], 1000, path, sizeof path) != 0) {
 		fprintf(stderr, "fuzz_checkpoint: cannot write a seed in %s: %s\n", dir, dos_last_error());
 		return 1;
 	}

@@ -15,7 +15,7 @@
  *    (help writes to stdout, sent to /dev/null here, after any messages about options
  *    before --help);
  *  - on run: every shape size >= 1; params is the count of docs/model.md in 128 bits (so
- *    it did not wrap), >= 1, and dos_model_param_count's value (asked only up to
+ *    it did not wrap), >= 1, and _dos_model_param_count's value (asked only up to
  *    MAX_WALKED_LAYERS layers: it walks them); steps in
  *    [1, 2^63 - 1], micro-batch and accumulation in [1, 2^20]; the subgroup size >= 1,
  *    and the preset's capped at params unless a --su... word gave it; dtypes match the
@@ -26,7 +26,7 @@
  *  - no leak (libFuzzer's leak check), no sanitizer report.
  * A broken rule calls abort(), which libFuzzer reports as a crash with the input saved.
  *
- * Only train_options.c, graph/model.c (for dos_model_param_count) and integration/errors.c
+ * Only train_options.c, graph/model.c (for _dos_model_param_count) and base/errors.c
  * are linked, without libstarpu: the rest of graph/model.c creates StarPU tasks and data,
  * which the parser never reaches, so the StarPU functions and model codelets it refers to
  * are stand-ins at the end of this file that abort if called. */
@@ -170,10 +170,11 @@ static void check_run(const struct words *w, const struct train_options *o)
 	REQUIRE(s->vocab && s->hidden && s->heads && s->ffn && s->layers && s->seq_len,
 		"a shape size is 0: V %u, hidden %u, heads %u, FFN %u, layers %u, seq %u", s->vocab, s->hidden,
 		s->heads, s->ffn, s->layers, s->seq_len);
-	/* dos_model_param_count walks the layers: asked only of shapes it counts quickly */
+	/* _dos_model_param_count walks the layers: asked only of shapes it counts quickly */
 	if (s->layers <= MAX_WALKED_LAYERS)
-		REQUIRE(o->params == dos_model_param_count(s, NULL), "params %llu is not dos_model_param_count's %llu",
-			(unsigned long long)o->params, (unsigned long long)dos_model_param_count(s, NULL));
+		REQUIRE(o->params == _dos_model_param_count(s, NULL),
+			"params %llu is not _dos_model_param_count's %llu", (unsigned long long)o->params,
+			(unsigned long long)_dos_model_param_count(s, NULL));
 	REQUIRE(o->params == model_md_params(s) && o->params >= 1,
 		"params %llu is not docs/model.md's count (wrapped?): V %u, hidden %u, FFN %u, layers %u, seq %u",
 		(unsigned long long)o->params, s->vocab, s->hidden, s->ffn, s->layers, s->seq_len);
@@ -335,9 +336,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 /* ---- graph/model.c without StarPU ----------------------------------------------------
- * Stand-ins for what the StarPU half of graph/model.c refers to (dos_model_create,
- * dos_model_submit_microbatch, ...), so that it links without libstarpu. The parser only
- * calls dos_model_param_count; reaching any of these is a bug. When graph/model.c comes to
+ * Stand-ins for what the StarPU half of graph/model.c refers to (_dos_model_create,
+ * _dos_model_submit_microbatch, ...), so that it links without libstarpu. The parser only
+ * calls _dos_model_param_count; reaching any of these is a bug. When graph/model.c comes to
  * use another StarPU function, the link in tools/fuzz.sh names it: add it here. */
 static _Noreturn void stand_in(const char *name)
 {
@@ -386,11 +387,15 @@ int _dos_check_sched_ctx(const char *function, const char *name, unsigned sched_
 {
 	stand_in(__func__);
 }
-int dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned)
+int _dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned)
 {
 	stand_in(__func__);
 }
-void dos_host_free(void *ptr, size_t bytes, int pinned)
+void _dos_host_free(void *ptr, size_t bytes, int pinned)
+{
+	stand_in(__func__);
+}
+void _dos_model_codelets_prepare(void)
 {
 	stand_in(__func__);
 }
