@@ -1,29 +1,104 @@
 /* Error reporting of the public API: the last error per thread, printed once. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dos.h"
 #include "errors.h"
 
-static _Thread_local char last_error[512];
+static _Thread_local char last_error[1024];
+static _Thread_local size_t message_at; /* where the message follows "function: " */
+static _Thread_local int held;
+
+static int quiet(void)
+{
+	/* DOS_QUIET=1 keeps stderr clean for tests that provoke errors on purpose. */
+	const char *q = getenv("DOS_QUIET");
+	return held || (q && q[0] == '1');
+}
 
 int _dos_fail(int code, const char *function, const char *fmt, ...)
 {
 	int len = snprintf(last_error, sizeof last_error, "%s: ", function);
+	message_at = len > 0 && (size_t)len < sizeof last_error ? (size_t)len : 0;
 	va_list ap;
 	va_start(ap, fmt);
 	if (len >= 0 && (size_t)len < sizeof last_error)
 		vsnprintf(last_error + len, sizeof last_error - (size_t)len, fmt, ap);
 	va_end(ap);
-	/* DOS_QUIET=1 keeps stderr clean for tests that provoke errors on purpose. */
-	const char *quiet = getenv("DOS_QUIET");
-	if (!quiet || quiet[0] != '1')
+	if (!quiet())
 		fprintf(stderr, "starpu-dos: error: %s\n", last_error);
 	return code;
+}
+
+void _dos_warn(const char *fmt, ...)
+{
+	if (quiet())
+		return;
+	char text[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "starpu-dos: warning: %s\n", text);
+}
+
+void _dos_hold_errors(struct dos_error_hold *hold)
+{
+	snprintf(hold->saved, sizeof hold->saved, "%s", last_error);
+	hold->outer = held;
+	held = 1;
+}
+
+const char *_dos_held_error(const struct dos_error_hold *hold)
+{
+	(void)hold;
+	return last_error + message_at;
+}
+
+void _dos_release_errors(struct dos_error_hold *hold)
+{
+	snprintf(last_error, sizeof last_error, "%s", hold->saved);
+	message_at = 0;
+	held = hold->outer;
 }
 
 const char *dos_last_error(void)
 {
 	return last_error;
+}
+
+const char *_dos_starpu_init_explained(int code, const char *call, char *buf, size_t size)
+{
+	/* the settings that decide which workers StarPU starts */
+	static const char *const settings[] = {"STARPU_NCPU",           "STARPU_NCPUS",        "STARPU_NCUDA",
+					       "STARPU_NOPENCL",        "STARPU_NHIP",         "STARPU_WORKERS_CPUID",
+					       "STARPU_WORKERS_CUDAID", "STARPU_RESERVE_NCPU", "STARPU_SCHED"};
+	char set[400] = "";
+	for (size_t i = 0; i < sizeof settings / sizeof *settings; i++) {
+		const char *value = getenv(settings[i]);
+		size_t len = strlen(set);
+		if (value)
+			snprintf(set + len, sizeof set - len, "%s%s=%.40s", len ? ", " : "", settings[i], value);
+	}
+	char env[480];
+	snprintf(env, sizeof env, *set ? "the environment sets %s" : "no STARPU_NCPU, STARPU_NCUDA or similar is set",
+		 set);
+	if (code == -ENODEV)
+		snprintf(buf, size,
+			 "%s failed (%d, %s): StarPU found no worker to run tasks on (no CPU worker, no GPU); %s: give "
+			 "it at least one CPU worker (STARPU_NCPU >= 1, or unset it)",
+			 call, code, strerror(-code), env);
+	else
+		snprintf(buf, size, "%s failed (%d, %s); StarPU's own message, if any, is above; %s", call, code,
+			 code < 0 ? strerror(-code) : "?", env);
+	return buf;
+}
+
+int _dos_starpu_init_failed(int code, const char *function, const char *call)
+{
+	char text[900];
+	return _dos_fail(code, function, "%s", _dos_starpu_init_explained(code, call, text, sizeof text));
 }

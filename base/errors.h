@@ -3,10 +3,38 @@
 #ifndef DOS_ERRORS_H
 #define DOS_ERRORS_H
 
+#include <stddef.h>
+
 /* Records "function: message" as this thread's last error, prints it on stderr, and
  * returns `code` (a negative errno value), so callers write `return _dos_fail(...)`. */
 int _dos_fail(int code, const char *function, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define DOS_FAIL(code, ...) _dos_fail((code), __func__, __VA_ARGS__)
+
+/* Failures that are findings of the caller rather than errors (a damaged file skipped in
+ * favour of an older one): between _dos_hold_errors and _dos_release_errors, failures
+ * are recorded but not printed, _dos_held_error gives the latest message without the
+ * function's name, and the release restores the last error from before the hold. Holds
+ * nest (per thread). */
+struct dos_error_hold {
+	char saved[1024];
+	int outer; /* a hold was already on */
+};
+void _dos_hold_errors(struct dos_error_hold *hold);
+const char *_dos_held_error(const struct dos_error_hold *hold);
+void _dos_release_errors(struct dos_error_hold *hold);
+
+/* Records why StarPU's initialisation (starpu_init, starpu_mpi_init_conf: `call`) failed
+ * with `code`, in words a user can act on: what the code means and which of the
+ * environment's StarPU settings decide the workers (-ENODEV: no worker at all, as with
+ * STARPU_NCPU=0 on a machine without GPU). Returns code. */
+int _dos_starpu_init_failed(int code, const char *function, const char *call);
+/* The same words into buf (size bytes), returned, for a program that reports them itself. */
+const char *_dos_starpu_init_explained(int code, const char *call, char *buf, size_t size);
+#define DOS_STARPU_INIT_FAILED(code, call) _dos_starpu_init_failed((code), __func__, (call))
+
+/* A warning on stderr ("starpu-dos: warning: ..."), unless DOS_QUIET=1 or errors are held:
+ * for what the library does on its own that its caller should know of. */
+void _dos_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif /* DOS_ERRORS_H */

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "parse.h"
 
 void bench_vreport(const char *who, int status, const char *usage, const char *fmt, va_list ap)
 {
@@ -19,10 +20,8 @@ void bench_vreport(const char *who, int status, const char *usage, const char *f
 
 int bench_parse_count(const char *text, double min, double max, double *out)
 {
-	char *end;
-	errno = 0;
-	double x = strtod(text, &end);
-	if (end == text || *end || errno || !(x >= min && x <= max) || x != floor(x))
+	double x;
+	if (_dos_parse_double(text, &x) != 0 || !(x >= min && x <= max) || x != floor(x))
 		return -1;
 	*out = x;
 	return 0;

@@ -11,6 +11,8 @@
 #include "bench.h"
 #include "codelets.h"
 #include "dos.h"
+#include "errors.h"
+#include "parse.h"
 
 #define MIN_SIZE 10000.0
 
@@ -23,9 +25,8 @@ struct sized_handles {
 
 static int parse_max_size(const char *text, size_t *out)
 {
-	char *end;
-	double x = strtod(text, &end);
-	if (*end || !(x >= MIN_SIZE && x <= 4294967295.0)) {
+	double x;
+	if (_dos_parse_double(text, &x) != 0 || !(x >= MIN_SIZE && x <= 4294967295.0)) {
 		fprintf(stderr, "dos-bench calibrate: --max-size %s is not a number in [1e4, 4294967295]\n", text);
 		return -EINVAL;
 	}
@@ -105,11 +106,13 @@ int bench_calibrate(int argc, char **argv)
 			if (parse_max_size(argv[++i], &max_size))
 				return 2;
 		} else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-			reps = atoi(argv[++i]);
-			if (reps < 1 || reps > 1000) {
-				fprintf(stderr, "dos-bench calibrate: --reps %s is not in [1, 1000]\n", argv[i]);
+			uint64_t n;
+			if (_dos_parse_u64(argv[++i], 1, 1000, &n) != 0) {
+				fprintf(stderr, "dos-bench calibrate: --reps %s is not a whole number in [1, 1000]\n",
+					argv[i]);
 				return 2;
 			}
+			reps = (int)n;
 		} else {
 			fprintf(stderr,
 				"dos-bench calibrate: unknown option '%s'\n"
@@ -125,7 +128,9 @@ int bench_calibrate(int argc, char **argv)
 	conf.calibrate = 1;
 	int ret = starpu_init(&conf);
 	if (ret != 0) {
-		fprintf(stderr, "dos-bench calibrate: starpu_init failed (%d)\n", ret);
+		char why[900];
+		fprintf(stderr, "dos-bench calibrate: %s\n",
+			_dos_starpu_init_explained(ret, "starpu_init", why, sizeof why));
 		return 1;
 	}
 	uint32_t kinds[2] = {STARPU_CPU, STARPU_CUDA};

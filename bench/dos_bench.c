@@ -18,8 +18,10 @@
 
 #include "bench.h"
 #include "dos.h"
+#include "errors.h"
 #include "kernels.h"
 #include "numerics.h"
+#include "parse.h"
 
 /* Bytes one update moves per parameter, counted the same way in every benchmark: read p, m,
  * v (12) and the fp16 gradient (2), write p, m, v (12) and the bf16 working weight (2). */
@@ -84,11 +86,12 @@ static void parse_sizes(const char *text, struct options *o)
 	o->nsizes = 0;
 	for (const char *item = text;; item++) {
 		size_t len = strcspn(item, ",");
-		char *end;
-		errno = 0;
-		double x = strtod(item, &end);
+		char one[64];
+		double x = 0;
+		snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one - 1 ? len : sizeof one - 1), item);
 		/* The codelets count elements in 32 bits. */
-		if (len == 0 || end != item + len || errno || !(x >= 1 && x <= UINT32_MAX) || x != floor(x))
+		if (len == 0 || len >= sizeof one || _dos_parse_double(one, &x) != 0 || !(x >= 1 && x <= UINT32_MAX) ||
+		    x != floor(x))
 			usage_error("--sizes %s: '%.*s' is not a whole number in [1, %u]", text, (int)len, item,
 				    UINT32_MAX);
 		if (o->nsizes == MAX_SIZES)
@@ -102,10 +105,8 @@ static void parse_sizes(const char *text, struct options *o)
 
 static int parse_reps(const char *text)
 {
-	char *end;
-	errno = 0;
-	long reps = strtol(text, &end, 10);
-	if (end == text || *end || errno || reps < 3 || reps > MAX_REPS)
+	uint64_t reps;
+	if (_dos_parse_u64(text, 3, MAX_REPS, &reps) != 0)
 		usage_error("--reps %s: expected a whole number in [3, %d] (medians need at least 3)", text, MAX_REPS);
 	return (int)reps;
 }
@@ -544,8 +545,9 @@ static void start_starpu(int ncpus)
 	conf.calibrate = 0;
 	conf.bus_calibrate = 0;
 	int err = starpu_init(&conf);
+	char why[900];
 	if (err)
-		die("starpu_init with %d CPU workers: %s", ncpus, strerror(-err));
+		die("%d CPU workers: %s", ncpus, _dos_starpu_init_explained(err, "starpu_init", why, sizeof why));
 	if (starpu_cpu_worker_get_count() != (unsigned)ncpus)
 		die("starpu_init gave %u CPU workers, asked for %d (StarPU built with a smaller --enable-maxcpus?)",
 		    starpu_cpu_worker_get_count(), ncpus);

@@ -21,6 +21,7 @@
 
 #include "bench.h"
 #include "dos.h"
+#include "errors.h"
 #include "kernels.h"
 #include "numerics.h"
 
@@ -217,7 +218,9 @@ int bench_host(int argc, char **argv)
 
 	int err = starpu_init(NULL);
 	if (err) {
-		fprintf(stderr, "dos-bench host: error: starpu_init: %s\n", strerror(-err));
+		char why[900];
+		fprintf(stderr, "dos-bench host: error: %s\n",
+			_dos_starpu_init_explained(err, "starpu_init", why, sizeof why));
 		return 1;
 	}
 	err = dos_host_cpu_rate_record(rate);

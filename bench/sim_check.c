@@ -16,6 +16,7 @@
 
 #include "bench.h"
 #include "dos.h"
+#include "errors.h"
 
 static const char usage[] =
 	"usage: sim-check [--subgroups N] [--size S] [--where cpu|cuda|any] [--g16-home host|cuda]\n"
@@ -238,8 +239,10 @@ int main(int argc, char **argv)
 	struct options o;
 	parse_options(argc, argv, &o);
 
-	if (starpu_init(NULL) != 0)
-		die("starpu_init failed");
+	char why[900];
+	int init_err = starpu_init(NULL);
+	if (init_err != 0)
+		die("%s", _dos_starpu_init_explained(init_err, "starpu_init", why, sizeof why));
 	starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
 
 	int ncpu = (int)starpu_worker_get_count_by_type(STARPU_CPU_WORKER);

@@ -41,6 +41,17 @@ struct options {
 	const char *checkpoint_dir, *dump;
 };
 
+/* A whole number in base 10, digits only, or a refusal naming the option. */
+static uint64_t count(const char *option, const char *text)
+{
+	char *end;
+	errno = 0;
+	unsigned long long x = strtoull(text, &end, 10);
+	if (!*text || *text < '0' || *text > '9' || *end || errno)
+		FAIL("%s = '%s': expected a whole number in base 10", option, text);
+	return x;
+}
+
 static void parse(int argc, char **argv, struct options *o)
 {
 	*o = (struct options){.steps = MLP_STEPS};
@@ -51,9 +62,9 @@ static void parse(int argc, char **argv, struct options *o)
 		else if (!strcmp(a, "--resume"))
 			o->resume = 1;
 		else if (!strcmp(a, "--steps") && next)
-			o->steps = strtoull(argv[++i], NULL, 10);
+			o->steps = count(a, argv[++i]);
 		else if (!strcmp(a, "--save-at") && next)
-			o->save_at = strtoull(argv[++i], NULL, 10);
+			o->save_at = count(a, argv[++i]);
 		else if (!strcmp(a, "--checkpoint-dir") && next)
 			o->checkpoint_dir = argv[++i];
 		else if (!strcmp(a, "--dump") && next)

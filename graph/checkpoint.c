@@ -2,15 +2,15 @@
  * atomic save with its retention of the most recent files, and the load that verifies the
  * whole file before it writes anything of the caller's.
  *
- * File format, version 2. Every field is in the writer's native byte order, which is
+ * File format, version 3. Every field is in the writer's native byte order, which is
  * little-endian on every platform starpu-dos runs on (x86-64, aarch64, ppc64le); the
  * byte-order marker lets a reader of the other byte order refuse the file instead of
  * misreading it. Offsets in bytes; n = ntensors, L = state_len (nparams in a whole
  * checkpoint, the shard's share in a shard of a data-parallel job).
  *
- *   header (header_len = 164 + 8 n bytes)
+ *   header (header_len = 180 + 8 n bytes)
  *      0  char[8]   magic "DOSCKPT\0"                      } these four fields keep their
- *      8  uint32    version (DOS_CHECKPOINT_VERSION = 2)     } place in every version, so
+ *      8  uint32    version (DOS_CHECKPOINT_VERSION = 3)     } place in every version, so
  *     12  uint32    byte-order marker 0x01020304             } that any reader can check
  *     16  uint32    header_len                               } them and the header's CRC
  *     20  uint32    ntensors
@@ -33,8 +33,9 @@
  *    136  float64   hp.weight_decay
  *    144  uint64    state_begin: the sections hold parameters [state_begin, state_begin + L)
  *    152  uint64    state_len L
- *    160  uint64    numel[n]
- *  160+8n uint32    CRC32C of header bytes [0, header_len - 4)
+ *    160  uint8[16] the run's identity (struct _dos_run_id; all zeros: unknown)
+ *    176  uint64    numel[n]
+ *  176+8n uint32    CRC32C of header bytes [0, header_len - 4)
  *
  *   then three sections, master, m and v, in that order, each 4 L + 20 bytes:
  *      0  char[8]   tag: "master\0\0", "adam_m\0\0", "adam_v\0\0"
@@ -43,26 +44,34 @@
  *   16+4L uint32    CRC32C of the section's bytes [0, 16 + 4 L): its header and its data
  *
  *   and nothing after them: the file is exactly header_len + 3 (4 L + 20) bytes.
- *   (Version 1 had no state_begin and state_len: it always held every parameter.)
+ *   Version 2 is read too: it has no identity (numel at 160, header_len = 164 + 8 n), which
+ *   reads as the unknown one. (Version 1, refused, had no state_begin and state_len.)
  *
  * A data-parallel job saves one shard per rank, "checkpoint-<N>.shard-<i>-of-<R>.dos" (the
  * format above, each with its rank's range), then rank 0 writes the manifest
- * "checkpoint-<N>.dos", which makes the checkpoint exist; its format, version 1:
+ * "checkpoint-<N>.dos", which makes the checkpoint exist; its format, version 2:
  *
  *      0  char[8]   magic "DOSMANI\0"
- *      8  uint32    version (MANIFEST_VERSION = 1)
+ *      8  uint32    version (MANIFEST_VERSION = 2)
  *     12  uint32    byte-order marker 0x01020304
  *     16  uint32    R, the number of shards
  *     20  uint32    zero
  *     24  uint64    nparams
  *     32  uint64    steps_done
- *     40  R times:  uint64 state_begin, uint64 state_len, uint32 the shard's header CRC32C,
+ *     40  uint8[16] the run's identity, the same as its shards'
+ *     56  R times:  uint64 state_begin, uint64 state_len, uint32 the shard's header CRC32C,
  *                   uint32[3] its sections' CRC32Cs (these bind the shard files to this
  *                   manifest: a shard of another save is refused)
- *  40+32R uint32    CRC32C of bytes [0, 40 + 32 R)
+ *  56+32R uint32    CRC32C of bytes [0, 56 + 32 R)
+ *
+ * (Version 1, read too, has no identity: its entries start at 40.)
  *
  * The shards tile [0, nparams) in order. Any range of parameters can be loaded from either
  * kind of checkpoint, so a job resumes on any number of ranks.
+ *
+ * A checkpoint folder belongs to one run (checkpoint.h): the run's identity is in every
+ * file it saves, a process holds the folder by an advisory lock on the file LOCK_NAME in
+ * it, and retention only ever deletes files of the run that saves.
  *
  * CRC32C is the Castagnoli CRC (reflected polynomial 0x82F63B78, initial value and final
  * xor 0xFFFFFFFF), the one of iSCSI, ext4 and SSE4.2's crc32 instruction. */
@@ -75,12 +84,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
 #include "errors.h"
+#include "files.h"
 
 _Static_assert(sizeof(float) == 4, "the sections hold IEEE binary32 floats");
 _Static_assert(sizeof(double) == 8, "the header holds IEEE binary64 doubles");
@@ -89,7 +101,7 @@ static const char checkpoint_magic[8] = "DOSCKPT";
 #define BYTE_ORDER_MARKER 0x01020304u
 #define BYTE_ORDER_SWAPPED 0x04030201u
 
-/* Offsets of the version 1 header (see the top of the file). */
+/* Offsets of the header (see the top of the file). */
 enum {
 	OFF_VERSION = 8,
 	OFF_MARKER = 12,
@@ -114,7 +126,8 @@ enum {
 	OFF_HP_WEIGHT_DECAY = 136,
 	OFF_STATE_BEGIN = 144,
 	OFF_STATE_LEN = 152,
-	HEADER_FIXED = 160,  /* bytes before numel */
+	OFF_RUN = 160,       /* version 3 on */
+	HEADER_FIXED = 176,  /* bytes before numel (version 3 on; 160 in version 2) */
 	HEADER_ID = 20,      /* magic, version, marker, header_len: the same in every version */
 	SECTION_HEADER = 16, /* tag and byte length */
 	CRC_BYTES = 4,
@@ -213,9 +226,15 @@ static double get_f64(const unsigned char *buf, size_t off)
 	return x;
 }
 
-static uint64_t header_len_of(uint32_t ntensors)
+/* Where numel starts in a header of `version` (2 or 3). */
+static uint32_t numel_offset(uint32_t version)
 {
-	return HEADER_FIXED + 8 * (uint64_t)ntensors + CRC_BYTES;
+	return version >= 3 ? HEADER_FIXED : OFF_RUN;
+}
+
+static uint64_t header_len_of(uint32_t version, uint32_t ntensors)
+{
+	return numel_offset(version) + 8 * (uint64_t)ntensors + CRC_BYTES;
 }
 
 static uint64_t section_len_of(uint64_t nparams)
@@ -223,9 +242,9 @@ static uint64_t section_len_of(uint64_t nparams)
 	return SECTION_HEADER + 4 * nparams + CRC_BYTES;
 }
 
-static uint64_t file_len_of(uint32_t ntensors, uint64_t nparams)
+static uint64_t file_len_of(uint32_t version, uint32_t ntensors, uint64_t nparams)
 {
-	return header_len_of(ntensors) + NSECTIONS * section_len_of(nparams);
+	return header_len_of(version, ntensors) + NSECTIONS * section_len_of(nparams);
 }
 
 /* The parameters a meta's arrays hold: state_len, 0 meaning all of them. */
@@ -383,7 +402,7 @@ static int write_checkpoint(int fd, const struct dos_checkpoint_meta *meta, cons
 	memcpy(h, checkpoint_magic, sizeof checkpoint_magic);
 	put_u32(h, OFF_VERSION, DOS_CHECKPOINT_VERSION);
 	put_u32(h, OFF_MARKER, BYTE_ORDER_MARKER);
-	put_u32(h, OFF_HEADER_LEN, (uint32_t)header_len_of(meta->ntensors));
+	put_u32(h, OFF_HEADER_LEN, (uint32_t)header_len_of(DOS_CHECKPOINT_VERSION, meta->ntensors));
 	put_u32(h, OFF_NTENSORS, meta->ntensors);
 	put_u64(h, OFF_NPARAMS, meta->nparams);
 	put_u64(h, OFF_SUBGROUP, meta->subgroup_size);
@@ -404,6 +423,7 @@ static int write_checkpoint(int fd, const struct dos_checkpoint_meta *meta, cons
 	put_f64(h, OFF_HP_WEIGHT_DECAY, meta->hp.weight_decay);
 	put_u64(h, OFF_STATE_BEGIN, meta->state_begin);
 	put_u64(h, OFF_STATE_LEN, state_len_of(meta));
+	memcpy(h + OFF_RUN, meta->run.bytes, sizeof meta->run.bytes);
 	uint32_t crc = 0;
 	int err;
 	if ((err = write_crc(fd, h, sizeof h, &crc)) ||
@@ -423,9 +443,6 @@ static int write_checkpoint(int fd, const struct dos_checkpoint_meta *meta, cons
 	return 0;
 }
 
-/* Deletes the checkpoints of `dir` beyond the `keep` highest N, but never `written`, the
- * one just saved (a run restarted from scratch in a directory that holds a later run's
- * checkpoints must not lose the file it has just been told is saved). */
 static int n_is_kept(uint64_t n, const uint64_t *kept, size_t count)
 {
 	for (size_t i = 0; i < count; i++)
@@ -434,18 +451,34 @@ static int n_is_kept(uint64_t n, const uint64_t *kept, size_t count)
 	return 0;
 }
 
-static int remove_old_checkpoints(const char *dir, int dfd, const char *saved, uint64_t written, unsigned keep)
+static int file_identity(const char *dir, const char *name, struct _dos_run_id *run, char *why, size_t why_size);
+
+/* Deletes the checkpoints of `run` in `dir` beyond the `keep` highest N, but never
+ * `written`, the one just saved (a run resumed from an older checkpoint than its
+ * folder's latest must not lose the file it has just been told is saved), with their
+ * shards and the shards of its saves that never got a manifest (a crash between the
+ * shards and the manifest), up to the one just written. Files of another run, or whose
+ * run cannot be read, are never touched. */
+static int remove_old_checkpoints(const char *dir, int dfd, const char *saved, uint64_t written, unsigned keep,
+				  const struct _dos_run_id *run)
 {
 	uint64_t *ns;
 	size_t count;
 	int err = list_checkpoints(dir, &ns, &count);
 	if (err)
 		return err;
+	char name[160], why[16];
+	size_t ours = 0;
+	for (size_t i = 0; i < count; i++) { /* this run's, still highest first */
+		struct _dos_run_id id;
+		snprintf(name, sizeof name, "checkpoint-%" PRIu64 ".dos", ns[i]);
+		if (file_identity(dir, name, &id, why, sizeof why) == 0 && _dos_run_id_equal(&id, run))
+			ns[ours++] = ns[i];
+	}
 	int removed = 0;
-	for (size_t i = keep; i < count && !err; i++) {
+	for (size_t i = keep; i < ours && !err; i++) {
 		if (ns[i] == written)
 			continue;
-		char name[64];
 		snprintf(name, sizeof name, "checkpoint-%" PRIu64 ".dos", ns[i]);
 		if (unlinkat(dfd, name, 0) == 0)
 			removed = 1;
@@ -454,14 +487,14 @@ static int remove_old_checkpoints(const char *dir, int dfd, const char *saved, u
 				       "%s is saved, but the old checkpoint %s/%s could not be removed: unlink: %s",
 				       saved, dir, name, strerror(errno));
 	}
-	/* shards of the removed checkpoints, and of saves that never got their manifest (a
-	 * crash between the shards and the manifest), up to the one just written */
 	DIR *d = err ? NULL : opendir(dir);
-	size_t kept = count < keep ? count : keep;
+	size_t kept = ours < keep ? ours : keep;
 	for (struct dirent *e; d && !err && (e = readdir(d));) {
 		uint64_t n;
 		int shard;
-		if (!parse_checkpoint_name(e->d_name, &n, &shard) || !shard || n >= written || n_is_kept(n, ns, kept))
+		struct _dos_run_id id;
+		if (!parse_checkpoint_name(e->d_name, &n, &shard) || !shard || n >= written || n_is_kept(n, ns, kept) ||
+		    file_identity(dir, e->d_name, &id, why, sizeof why) != 0 || !_dos_run_id_equal(&id, run))
 			continue;
 		if (unlinkat(dfd, e->d_name, 0) == 0)
 			removed = 1;
@@ -606,7 +639,7 @@ int _dos_checkpoint_save(const char *dir, const struct dos_checkpoint_meta *meta
 		return err;
 	err = give_path(path, path_out, path_size);
 	if (!err)
-		err = remove_old_checkpoints(dir, dfd, path, meta->steps_done, keep);
+		err = remove_old_checkpoints(dir, dfd, path, meta->steps_done, keep, &meta->run);
 	close(dfd);
 	return err;
 }
@@ -642,8 +675,14 @@ int _dos_checkpoint_save_shard(const char *dir, const struct dos_checkpoint_meta
 /* ---- the manifest of a sharded checkpoint ---------------------------------------------- */
 
 static const char manifest_magic[8] = "DOSMANI";
-#define MANIFEST_VERSION 1
-enum { MANIFEST_FIXED = 40, MANIFEST_ENTRY = 32 };
+#define MANIFEST_VERSION 2
+enum { MANIFEST_RUN = 40, MANIFEST_FIXED = 56, MANIFEST_ENTRY = 32 };
+
+/* Where the shard entries start in a manifest of `version` (1 or 2). */
+static uint32_t manifest_fixed(uint32_t version)
+{
+	return version >= 2 ? MANIFEST_FIXED : MANIFEST_RUN;
+}
 
 struct shard_entry {
 	uint64_t begin, len;
@@ -653,6 +692,7 @@ struct shard_entry {
 struct manifest {
 	uint32_t nshards;
 	uint64_t nparams, steps_done;
+	struct _dos_run_id run;
 	struct shard_entry *shards;
 };
 
@@ -666,6 +706,7 @@ static int write_manifest(int fd, const void *ctx)
 	put_u32(h, 16, mf->nshards);
 	put_u64(h, 24, mf->nparams);
 	put_u64(h, 32, mf->steps_done);
+	memcpy(h + MANIFEST_RUN, mf->run.bytes, sizeof mf->run.bytes);
 	uint32_t crc = 0;
 	int err = write_crc(fd, h, sizeof h, &crc);
 	for (uint32_t i = 0; i < mf->nshards && !err; i++) {
@@ -682,6 +723,8 @@ static int write_manifest(int fd, const void *ctx)
 
 static int read_shard_header(const char *path, const struct dos_checkpoint_meta *expect, struct shard_entry *entry,
 			     unsigned char fixed[HEADER_FIXED]);
+static void parse_meta(const unsigned char *h, const struct dos_checkpoint_meta *expect,
+		       struct dos_checkpoint_meta *got);
 
 int _dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_meta *meta, uint32_t nshards,
 				  unsigned keep, char *path_out, size_t path_size)
@@ -695,7 +738,8 @@ int _dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_m
 	if (meta->nparams == 0 || (!meta->numel && meta->ntensors > 0))
 		return DOS_FAIL(-EINVAL, "meta describes no model (nparams = %" PRIu64 ", numel %p)", meta->nparams,
 				(const void *)meta->numel);
-	struct manifest mf = {.nshards = nshards, .nparams = meta->nparams, .steps_done = meta->steps_done};
+	struct manifest mf = {
+		.nshards = nshards, .nparams = meta->nparams, .steps_done = meta->steps_done, .run = meta->run};
 	if (!(mf.shards = calloc(nshards, sizeof *mf.shards)))
 		return DOS_FAIL(-ENOMEM, "no memory for a manifest of %" PRIu32 " shards", nshards);
 	int err = 0;
@@ -707,12 +751,19 @@ int _dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_m
 		snprintf(path, sizeof path, "%s/%s", dir, name);
 		if ((err = read_shard_header(path, meta, &mf.shards[i], fixed)))
 			break;
+		struct dos_checkpoint_meta shard;
+		parse_meta(fixed, meta, &shard);
 		if (mf.shards[i].begin != next || get_u64(fixed, OFF_STEPS_DONE) != meta->steps_done)
 			err = DOS_FAIL(-EINVAL,
 				       "shard %s holds parameters from %" PRIu64 " after step %" PRIu64
 				       ", expected from %" PRIu64 " after step %" PRIu64,
 				       path, mf.shards[i].begin, get_u64(fixed, OFF_STEPS_DONE), next,
 				       meta->steps_done);
+		else if (!_dos_run_id_equal(&shard.run, &meta->run)) {
+			char theirs[DOS_RUN_ID_TEXT], ours[DOS_RUN_ID_TEXT];
+			err = DOS_FAIL(-EINVAL, "shard %s is of run %s, not of this run %s", path,
+				       _dos_run_id_text(&shard.run, theirs), _dos_run_id_text(&meta->run, ours));
+		}
 		next += mf.shards[i].len;
 	}
 	if (!err && next != meta->nparams)
@@ -724,7 +775,7 @@ int _dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_m
 	if (!err && !(err = save_atomically(dir, name, write_manifest, &mf, path, &dfd))) {
 		err = give_path(path, path_out, path_size);
 		if (!err)
-			err = remove_old_checkpoints(dir, dfd, path, meta->steps_done, keep);
+			err = remove_old_checkpoints(dir, dfd, path, meta->steps_done, keep, &meta->run);
 		close(dfd);
 	}
 	free(mf.shards);
@@ -799,14 +850,14 @@ static int crc_of_range(const struct reader *r, uint64_t off, uint64_t len, uint
 }
 
 /* The first differing numel entry between the file and `expect`, or UINT32_MAX. */
-static int first_numel_difference(const struct reader *r, const struct dos_checkpoint_meta *expect, uint32_t *index,
-				  uint64_t *file_value)
+static int first_numel_difference(const struct reader *r, uint32_t version, const struct dos_checkpoint_meta *expect,
+				  uint32_t *index, uint64_t *file_value)
 {
 	size_t per_chunk = IO_CHUNK / 8;
 	*index = UINT32_MAX;
 	for (uint32_t i = 0; i < expect->ntensors; i += (uint32_t)per_chunk) {
 		size_t n = expect->ntensors - i < per_chunk ? expect->ntensors - i : per_chunk;
-		int err = read_exact(r, r->chunk, 8 * n, HEADER_FIXED + 8 * (uint64_t)i);
+		int err = read_exact(r, r->chunk, 8 * n, numel_offset(version) + 8 * (uint64_t)i);
 		if (err)
 			return err;
 		for (size_t k = 0; k < n; k++) {
@@ -821,9 +872,9 @@ static int first_numel_difference(const struct reader *r, const struct dos_check
 	return 0;
 }
 
-/* Verifies everything that precedes the sections: identity, header CRC, version, the
- * model against `expect`, and the file's length. */
-static int check_header(const struct reader *r, const unsigned char *fixed, const struct dos_checkpoint_meta *expect)
+/* Verifies what a checkpoint's header says of the file itself: magic, header CRC,
+ * version, its parameter range and the file's length. */
+static int check_header_integrity(const struct reader *r, const unsigned char *fixed)
 {
 	const char *path = r->path;
 	uint64_t size = r->size;
@@ -863,20 +914,45 @@ static int check_header(const struct reader *r, const unsigned char *fixed, cons
 	/* A header with a valid CRC is what its writer meant: from here on, refusals are of
 	 * another format or another model, not of damage. */
 	uint32_t version = get_u32(fixed, OFF_VERSION);
-	if (version != DOS_CHECKPOINT_VERSION)
-		return DOS_FAIL(-EINVAL, "checkpoint %s has format version %" PRIu32 ", this program reads version %d",
+	if (version < 2 || version > DOS_CHECKPOINT_VERSION)
+		return DOS_FAIL(-EINVAL,
+				"checkpoint %s has format version %" PRIu32 ", this program reads versions 2 to %d",
 				path, version, DOS_CHECKPOINT_VERSION);
 	if (marker != BYTE_ORDER_MARKER)
 		return DOS_FAIL(-EINVAL, "checkpoint %s: endianness marker 0x%08" PRIx32 " is not 0x%08x", path, marker,
 				BYTE_ORDER_MARKER);
 	uint32_t ntensors = get_u32(fixed, OFF_NTENSORS);
 	uint64_t nparams = get_u64(fixed, OFF_NPARAMS);
-	if (header_len != header_len_of(ntensors) || nparams > MAX_NPARAMS)
+	if (header_len != header_len_of(version, ntensors) || nparams > MAX_NPARAMS)
 		return DOS_FAIL(-EIO,
 				"checkpoint %s: corrupted header (header length %" PRIu32 " for %" PRIu32
 				" tensors, nparams = %" PRIu64 ")",
 				path, header_len, ntensors, nparams);
+	uint64_t begin = get_u64(fixed, OFF_STATE_BEGIN), len = get_u64(fixed, OFF_STATE_LEN);
+	if (begin >= nparams || len == 0 || len > nparams - begin)
+		return DOS_FAIL(
+			-EIO, "checkpoint %s: corrupted header (parameters [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64 ")",
+			path, begin, len, nparams);
+	uint64_t want = file_len_of(version, ntensors, len);
+	if (size < want)
+		return DOS_FAIL(-EIO, "checkpoint %s is truncated: %" PRIu64 " bytes, expected %" PRIu64, path, size,
+				want);
+	if (size > want)
+		return DOS_FAIL(-EIO, "checkpoint %s has trailing garbage: %" PRIu64 " bytes, expected %" PRIu64, path,
+				size, want);
+	return 0;
+}
 
+/* Verifies a checkpoint's header (check_header_integrity), then that it is of the model
+ * `expect` describes. */
+static int check_header(const struct reader *r, const unsigned char *fixed, const struct dos_checkpoint_meta *expect)
+{
+	int err = check_header_integrity(r, fixed);
+	if (err)
+		return err;
+	const char *path = r->path;
+	uint32_t version = get_u32(fixed, OFF_VERSION), ntensors = get_u32(fixed, OFF_NTENSORS);
+	uint64_t nparams = get_u64(fixed, OFF_NPARAMS);
 	if (nparams != expect->nparams)
 		return DOS_FAIL(-EINVAL, "checkpoint %s: nparams = %" PRIu64 ", but the model has %" PRIu64, path,
 				nparams, expect->nparams);
@@ -897,24 +973,11 @@ static int check_header(const struct reader *r, const unsigned char *fixed, cons
 				path, gd, dtype_label(gd), (int)expect->grad_dtype, dos_dtype_name(expect->grad_dtype));
 	uint32_t index;
 	uint64_t value = 0;
-	if ((err = first_numel_difference(r, expect, &index, &value)))
+	if ((err = first_numel_difference(r, version, expect, &index, &value)))
 		return err;
 	if (index != UINT32_MAX)
 		return DOS_FAIL(-EINVAL, "checkpoint %s: numel[%" PRIu32 "] = %" PRIu64 ", but the model has %" PRIu64,
 				path, index, value, expect->numel[index]);
-
-	uint64_t begin = get_u64(fixed, OFF_STATE_BEGIN), len = get_u64(fixed, OFF_STATE_LEN);
-	if (begin >= nparams || len == 0 || len > nparams - begin)
-		return DOS_FAIL(
-			-EIO, "checkpoint %s: corrupted header (parameters [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64 ")",
-			path, begin, len, nparams);
-	uint64_t want = file_len_of(ntensors, len);
-	if (size < want)
-		return DOS_FAIL(-EIO, "checkpoint %s is truncated: %" PRIu64 " bytes, expected %" PRIu64, path, size,
-				want);
-	if (size > want)
-		return DOS_FAIL(-EIO, "checkpoint %s has trailing garbage: %" PRIu64 " bytes, expected %" PRIu64, path,
-				size, want);
 	return 0;
 }
 
@@ -977,6 +1040,8 @@ static void parse_meta(const unsigned char *h, const struct dos_checkpoint_meta 
 		       .eps = get_f64(h, OFF_HP_EPS),
 		       .weight_decay = get_f64(h, OFF_HP_WEIGHT_DECAY)},
 	};
+	if (get_u32(h, OFF_VERSION) >= 3) /* else unknown: all zeros */
+		memcpy(got->run.bytes, h + OFF_RUN, sizeof got->run.bytes);
 }
 
 /* A checkpoint file (whole, or a shard) being loaded: its reader, verified header and the
@@ -984,7 +1049,7 @@ static void parse_meta(const unsigned char *h, const struct dos_checkpoint_meta 
 struct checkpoint_file {
 	struct reader r;
 	unsigned char fixed[HEADER_FIXED];
-	uint64_t begin, len; /* the parameters it holds */
+	uint64_t header_len, begin, len; /* the header's bytes; the parameters it holds */
 	uint32_t header_crc, section_crc[NSECTIONS];
 	uint32_t entry_crc[NSECTIONS]; /* a shard's: the section CRCs its manifest records */
 };
@@ -1039,18 +1104,18 @@ static int verify_header(struct checkpoint_file *f, const struct dos_checkpoint_
 	int err = check_header(r, f->fixed, expect);
 	if (err)
 		return err;
+	f->header_len = get_u32(f->fixed, OFF_HEADER_LEN);
 	f->begin = get_u64(f->fixed, OFF_STATE_BEGIN);
 	f->len = get_u64(f->fixed, OFF_STATE_LEN);
-	return read_exact(r, &f->header_crc, sizeof f->header_crc, header_len_of(expect->ntensors) - CRC_BYTES);
+	return read_exact(r, &f->header_crc, sizeof f->header_crc, f->header_len - CRC_BYTES);
 }
 
 /* The first pass over f: every section verified, nothing of the caller's written. */
-static int verify_sections(struct checkpoint_file *f, const struct dos_checkpoint_meta *expect)
+static int verify_sections(struct checkpoint_file *f)
 {
-	uint64_t header_len = header_len_of(expect->ntensors);
 	for (int s = 0; s < NSECTIONS; s++) {
 		uint32_t stored, computed;
-		uint64_t off = header_len + (uint64_t)s * section_len_of(f->len);
+		uint64_t off = f->header_len + (uint64_t)s * section_len_of(f->len);
 		int err = read_section(&f->r, 0, s, off, f->len, 0, 0, NULL, &stored, &computed);
 		if (err)
 			return err;
@@ -1070,19 +1135,18 @@ static int verify_sections(struct checkpoint_file *f, const struct dos_checkpoin
  * pass's, so that a file rewritten in place in between is noticed. Only in that unlikely
  * case are the arrays left partly written (and -EIO "changed while being read"
  * returned). */
-static int copy_sections(struct checkpoint_file *f, const struct dos_checkpoint_meta *expect, uint64_t want_begin,
-			 uint64_t want_len, float *const arrays[NSECTIONS])
+static int copy_sections(struct checkpoint_file *f, uint64_t want_begin, uint64_t want_len,
+			 float *const arrays[NSECTIONS])
 {
 	uint64_t from = f->begin > want_begin ? f->begin : want_begin;
 	uint64_t to = f->begin + f->len < want_begin + want_len ? f->begin + f->len : want_begin + want_len;
 	if (from >= to)
 		return 0;
-	uint64_t header_len = header_len_of(expect->ntensors);
 	for (int s = 0; s < NSECTIONS; s++) {
 		if (!arrays[s])
 			continue;
 		uint32_t stored, computed;
-		uint64_t off = header_len + (uint64_t)s * section_len_of(f->len);
+		uint64_t off = f->header_len + (uint64_t)s * section_len_of(f->len);
 		int err = read_section(&f->r, 1, s, off, f->len, from - f->begin, to - from,
 				       arrays[s] + (from - want_begin), &stored, &computed);
 		if (err)
@@ -1095,12 +1159,12 @@ static int copy_sections(struct checkpoint_file *f, const struct dos_checkpoint_
 }
 
 /* A manifest's shards, read from `path` and verified (magic, version, CRC, the model's
- * parameter count, shards tiling it). */
+ * parameter count, shards tiling it); expect NULL: the manifest's own parameter count. */
 static int read_manifest(const char *path, struct reader *r, const struct dos_checkpoint_meta *expect,
 			 struct manifest *mf)
 {
 	const uint64_t max_shards = (UINT32_MAX - MANIFEST_FIXED) / MANIFEST_ENTRY;
-	if (r->size < MANIFEST_FIXED + CRC_BYTES)
+	if (r->size < MANIFEST_RUN + CRC_BYTES)
 		return DOS_FAIL(-EIO, "checkpoint manifest %s is truncated: %" PRIu64 " bytes", path, r->size);
 	if (r->size > MANIFEST_FIXED + max_shards * MANIFEST_ENTRY + CRC_BYTES)
 		return DOS_FAIL(-EIO, "checkpoint manifest %s is corrupted: %" PRIu64 " bytes", path, r->size);
@@ -1113,7 +1177,8 @@ static int read_manifest(const char *path, struct reader *r, const struct dos_ch
 		stored = get_u32(b, (size_t)r->size - CRC_BYTES);
 		computed = crc32c(0, b, (size_t)r->size - CRC_BYTES);
 	}
-	uint32_t nshards = err ? 0 : get_u32(b, 16);
+	uint32_t nshards = err ? 0 : get_u32(b, 16), version = err ? 0 : get_u32(b, 8);
+	uint64_t nparams = err ? 0 : expect ? expect->nparams : get_u64(b, 24);
 	if (err) {
 	} else if (get_u32(b, 12) == BYTE_ORDER_SWAPPED)
 		err = DOS_FAIL(-EINVAL, "checkpoint manifest %s was written on a machine of the other byte order",
@@ -1122,40 +1187,44 @@ static int read_manifest(const char *path, struct reader *r, const struct dos_ch
 		err = DOS_FAIL(-EIO,
 			       "checkpoint manifest %s is corrupted (CRC32C 0x%08" PRIx32 ", stored 0x%08" PRIx32 ")",
 			       path, computed, stored);
-	else if (get_u32(b, 8) != MANIFEST_VERSION)
+	else if (version < 1 || version > MANIFEST_VERSION)
 		err = DOS_FAIL(-EINVAL,
-			       "checkpoint manifest %s has format version %" PRIu32 ", this program reads version %d",
-			       path, get_u32(b, 8), MANIFEST_VERSION);
+			       "checkpoint manifest %s has format version %" PRIu32
+			       ", this program reads versions 1 to %d",
+			       path, version, MANIFEST_VERSION);
 	else if (get_u32(b, 12) != BYTE_ORDER_MARKER || nshards < 2 ||
-		 r->size != MANIFEST_FIXED + (uint64_t)nshards * MANIFEST_ENTRY + CRC_BYTES)
+		 r->size != manifest_fixed(version) + (uint64_t)nshards * MANIFEST_ENTRY + CRC_BYTES)
 		err = DOS_FAIL(-EIO, "checkpoint manifest %s is corrupted (%" PRIu32 " shards in %" PRIu64 " bytes)",
 			       path, nshards, r->size);
-	else if (get_u64(b, 24) != expect->nparams)
+	else if (get_u64(b, 24) != nparams)
 		err = DOS_FAIL(-EINVAL, "checkpoint %s: nparams = %" PRIu64 ", but the model has %" PRIu64, path,
-			       get_u64(b, 24), expect->nparams);
+			       get_u64(b, 24), nparams);
 	else if (!(mf->shards = calloc(nshards, sizeof *mf->shards)))
 		err = DOS_FAIL(-ENOMEM, "no memory for the %" PRIu32 " shards of %s", nshards, path);
 	uint64_t next = 0;
 	for (uint32_t i = 0; !err && i < nshards; i++) {
-		const unsigned char *e = b + MANIFEST_FIXED + (size_t)i * MANIFEST_ENTRY;
+		const unsigned char *e = b + manifest_fixed(version) + (size_t)i * MANIFEST_ENTRY;
 		mf->shards[i] = (struct shard_entry){
 			get_u64(e, 0), get_u64(e, 8), get_u32(e, 16), {get_u32(e, 20), get_u32(e, 24), get_u32(e, 28)}};
-		if (mf->shards[i].begin != next || mf->shards[i].len == 0 || mf->shards[i].len > expect->nparams - next)
+		if (mf->shards[i].begin != next || mf->shards[i].len == 0 || mf->shards[i].len > nparams - next)
 			err = DOS_FAIL(-EIO,
 				       "checkpoint manifest %s is corrupted (shard %" PRIu32 " holds [%" PRIu64
 				       ", +%" PRIu64 "))",
 				       path, i, mf->shards[i].begin, mf->shards[i].len);
 		next += mf->shards[i].len;
 	}
-	if (!err && next != expect->nparams)
+	if (!err && next != nparams)
 		err = DOS_FAIL(-EIO,
 			       "checkpoint manifest %s is corrupted (its shards hold %" PRIu64 " of %" PRIu64
 			       " parameters)",
-			       path, next, expect->nparams);
+			       path, next, nparams);
 	if (!err) {
 		mf->nshards = nshards;
-		mf->nparams = expect->nparams;
+		mf->nparams = nparams;
 		mf->steps_done = get_u64(b, 32);
+		memset(mf->run.bytes, 0, sizeof mf->run.bytes); /* version 1: unknown */
+		if (version >= 2)
+			memcpy(mf->run.bytes, b + MANIFEST_RUN, sizeof mf->run.bytes);
 	} else {
 		free(mf->shards);
 		mf->shards = NULL;
@@ -1178,8 +1247,7 @@ static int read_shard_header(const char *path, const struct dos_checkpoint_meta 
 	/* the sections' stored CRCs (the loader verifies them against the data) */
 	for (int k = 0; !err && k < NSECTIONS; k++)
 		err = read_exact(&f.r, &entry->section_crc[k], CRC_BYTES,
-				 header_len_of(expect->ntensors) + (uint64_t)(k + 1) * section_len_of(f.len) -
-					 CRC_BYTES);
+				 f.header_len + (uint64_t)(k + 1) * section_len_of(f.len) - CRC_BYTES);
 	close_reader(&f.r);
 	return err;
 }
@@ -1281,7 +1349,7 @@ int _dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_met
 				       ", %" PRIu64 ")",
 				       path, files[i].begin, files[i].begin + files[i].len, begin, begin + len);
 		if (!err)
-			err = verify_sections(&files[i], expect);
+			err = verify_sections(&files[i]);
 		for (int k = 0; !err && is_manifest && k < NSECTIONS; k++)
 			if (files[i].section_crc[k] != files[i].entry_crc[k])
 				err = DOS_FAIL(-EIO,
@@ -1292,7 +1360,7 @@ int _dos_checkpoint_load_range(const char *path, const struct dos_checkpoint_met
 	}
 	float *const arrays[NSECTIONS] = {master, m, v};
 	for (uint32_t i = 0; !err && i < nfiles; i++)
-		err = copy_sections(&files[i], expect, begin, len, arrays);
+		err = copy_sections(&files[i], begin, len, arrays);
 	if (!err) {
 		parse_meta(files[0].fixed, expect, got);
 		got->state_begin = begin;
@@ -1345,4 +1413,466 @@ int _dos_checkpoint_latest(const char *dir, char *path, size_t path_size)
 				dir, latest, len + 1);
 	snprintf(path, path_size, "%s/checkpoint-%" PRIu64 ".dos", dir, latest);
 	return 0;
+}
+
+/* ---- run identities -------------------------------------------------------------------- */
+
+int _dos_run_id_new(struct _dos_run_id *run)
+{
+	size_t got = 0;
+	while (got < sizeof run->bytes) {
+		ssize_t n = getrandom(run->bytes + got, sizeof run->bytes - got, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return DOS_FAIL(n < 0 ? -errno : -EIO, "cannot draw a run identity: getrandom: %s",
+					n < 0 ? strerror(errno) : "no bytes");
+		got += (size_t)n;
+	}
+	if (!_dos_run_id_known(run)) /* all zeros means unknown: never drawn as an identity */
+		run->bytes[0] = 1;
+	return 0;
+}
+
+int _dos_run_id_equal(const struct _dos_run_id *a, const struct _dos_run_id *b)
+{
+	return memcmp(a->bytes, b->bytes, sizeof a->bytes) == 0;
+}
+
+int _dos_run_id_known(const struct _dos_run_id *run)
+{
+	static const struct _dos_run_id unknown;
+	return !_dos_run_id_equal(run, &unknown);
+}
+
+const char *_dos_run_id_text(const struct _dos_run_id *run, char text[DOS_RUN_ID_TEXT])
+{
+	if (!_dos_run_id_known(run)) {
+		snprintf(text, DOS_RUN_ID_TEXT, "(unknown: saved before runs had identities)");
+		return text;
+	}
+	for (size_t i = 0; i < sizeof run->bytes; i++)
+		snprintf(text + 2 * i, DOS_RUN_ID_TEXT - 2 * i, "%02x", run->bytes[i]);
+	return text;
+}
+
+/* `why` with every mention of `path` cut to its file name (the folder is said once, by
+ * whoever reports it). */
+static void shorten_reason(char *why, const char *path)
+{
+	const char *name = strrchr(path, '/');
+	size_t cut = name ? (size_t)(name + 1 - path) : 0;
+	for (char *at; cut && (at = strstr(why, path));)
+		memmove(at, at + cut, strlen(at + cut) + 1);
+}
+
+/* The run the checkpoint file, shard or manifest dir/name belongs to, from its header
+ * alone (whose CRC is checked; its data is not read). Returns 0, or a negative errno with
+ * what is wrong in why (and not printed, nor left in dos_last_error: an unreadable file
+ * is the caller's finding, not an error). */
+static int file_identity(const char *dir, const char *name, struct _dos_run_id *run, char *why, size_t why_size)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	struct dos_error_hold hold;
+	_dos_hold_errors(&hold);
+	struct reader r;
+	int err = open_reader(&r, path);
+	unsigned char fixed[HEADER_FIXED] = {0};
+	int64_t n = err ? 0 : read_at(r.fd, fixed, sizeof fixed, 0);
+	if (!err && n < (int64_t)sizeof manifest_magic)
+		err = DOS_FAIL(-EIO, "%s is truncated: %" PRIu64 " bytes", path, r.size);
+	else if (!err && memcmp(fixed, manifest_magic, sizeof manifest_magic) == 0) {
+		struct manifest mf = {0};
+		if (!(err = read_manifest(path, &r, NULL, &mf)))
+			*run = mf.run;
+		free(mf.shards);
+	} else if (!err && !(err = check_header_integrity(&r, fixed))) {
+		struct dos_checkpoint_meta meta = {0}, got;
+		parse_meta(fixed, &meta, &got);
+		*run = got.run;
+	}
+	close_reader(&r);
+	if (err) {
+		snprintf(why, why_size, "%s", _dos_held_error(&hold));
+		shorten_reason(why, path);
+	}
+	_dos_release_errors(&hold);
+	return err;
+}
+
+/* ---- a checkpoint on its own ------------------------------------------------------------ */
+
+/* The layout a whole checkpoint or shard at `path` describes in its header (checked for
+ * integrity, not against any model): meta, with its numel in *numel (malloc'ed). */
+static int describe_file(const char *path, struct dos_checkpoint_meta *meta, uint64_t **numel)
+{
+	struct reader r;
+	int err = open_reader(&r, path);
+	unsigned char fixed[HEADER_FIXED] = {0};
+	if (!err && read_at(r.fd, fixed, sizeof fixed, 0) < 0)
+		err = DOS_FAIL(-EIO, "cannot read checkpoint %s", path);
+	if (!err)
+		err = check_header_integrity(&r, fixed);
+	*numel = NULL;
+	if (!err) {
+		struct dos_checkpoint_meta none = {0};
+		parse_meta(fixed, &none, meta);
+		size_t bytes = 8 * (size_t)meta->ntensors;
+		if (!(*numel = malloc(bytes ? bytes : 1)))
+			err = DOS_FAIL(-ENOMEM, "no memory for the %" PRIu32 " tensor sizes of %s", meta->ntensors,
+				       path);
+		else
+			err = read_exact(&r, *numel, bytes, numel_offset(get_u32(fixed, OFF_VERSION)));
+		meta->numel = *numel;
+	}
+	close_reader(&r);
+	if (err) {
+		free(*numel);
+		*numel = NULL;
+	}
+	return err;
+}
+
+/* Verifies the checkpoint at `path` (a whole one or a manifest with its shards) entirely,
+ * against the layout it describes itself. */
+static int verify_on_its_own(const char *path)
+{
+	struct reader r;
+	int err = open_reader(&r, path);
+	unsigned char magic[sizeof manifest_magic] = {0};
+	if (!err && read_at(r.fd, magic, sizeof magic, 0) < 0)
+		err = DOS_FAIL(-EIO, "cannot read checkpoint %s", path);
+	char described[PATH_MAX];
+	snprintf(described, sizeof described, "%s", path);
+	if (!err && memcmp(magic, manifest_magic, sizeof magic) == 0) {
+		/* a manifest describes no layout: its first shard does */
+		struct manifest mf = {0};
+		if (!(err = read_manifest(path, &r, NULL, &mf))) {
+			char name[128];
+			const char *slash = strrchr(path, '/');
+			shard_name(name, sizeof name, mf.steps_done, 0, mf.nshards);
+			snprintf(described, sizeof described, "%.*s%s", slash ? (int)(slash - path + 1) : 0, path,
+				 name);
+		}
+		free(mf.shards);
+	}
+	close_reader(&r);
+	struct dos_checkpoint_meta meta, got;
+	uint64_t *numel = NULL;
+	if (!err && !(err = describe_file(described, &meta, &numel)))
+		err = _dos_checkpoint_load_range(path, &meta, 0, meta.nparams, &got, NULL, NULL, NULL);
+	free(numel);
+	return err;
+}
+
+/* The path of checkpoint N of dir into path (PATH_MAX bytes). */
+static int checkpoint_path(const char *dir, uint64_t n, char *path)
+{
+	if (snprintf(path, PATH_MAX, "%s/checkpoint-%" PRIu64 ".dos", dir, n) >= PATH_MAX)
+		return DOS_FAIL(-ENAMETOOLONG, "dir = '%.200s...' is too long for a checkpoint path", dir);
+	return 0;
+}
+
+/* Appends "; <name>: <why>" to a list of reasons (size bytes), or " ..." once it is full. */
+static void add_reason(char *list, size_t size, const char *name, const char *why)
+{
+	size_t len = strlen(list);
+	if (len + 8 >= size)
+		return;
+	int n = snprintf(list + len, size - len, "%s%s: %s", len ? "; " : "", name, why);
+	if (n < 0 || (size_t)n >= size - len)
+		snprintf(list + (size - 5), 5, "...");
+}
+
+int _dos_checkpoint_newest_valid(const char *dir, const struct _dos_checkpoint_search *search, char *path,
+				 size_t path_size)
+{
+	if (!dir)
+		return DOS_FAIL(-EINVAL, "dir is NULL");
+	if (!path)
+		return DOS_FAIL(-EINVAL, "path is NULL");
+	uint64_t *ns;
+	size_t count;
+	int err = list_checkpoints(dir, &ns, &count);
+	if (err)
+		return err;
+	char candidate[PATH_MAX], reasons[400] = "";
+	int found = 0;
+	for (size_t i = 0; i < count && !found && !err; i++) {
+		if ((err = checkpoint_path(dir, ns[i], candidate)))
+			break;
+		struct dos_error_hold hold;
+		_dos_hold_errors(&hold);
+		int bad = verify_on_its_own(candidate);
+		char why[512];
+		snprintf(why, sizeof why, "%s", _dos_held_error(&hold));
+		_dos_release_errors(&hold);
+		shorten_reason(why, candidate);
+		if (!bad) {
+			found = 1;
+			break;
+		}
+		if (search && search->skipped)
+			search->skipped(search->arg, candidate, why);
+		add_reason(reasons, sizeof reasons, strrchr(candidate, '/') + 1, why);
+	}
+	free(ns);
+	if (err)
+		return err;
+	if (!found)
+		return count ? DOS_FAIL(-ENOENT, "none of the %zu checkpoints in %s verifies: %s", count, dir, reasons)
+			     : DOS_FAIL(-ENOENT, "no checkpoint-<N>.dos in %s", dir);
+	return give_path(candidate, path, path_size);
+}
+
+/* ---- folders ----------------------------------------------------------------------------- */
+
+#define LOCK_NAME ".starpu-dos.lock"
+
+/* Whether `name` is the temporary file of a save (save_atomically's ".<name>.tmp-<pid>")
+ * or a probe of the folder (base/files.c). */
+static int is_temporary(const char *name)
+{
+	return (strncmp(name, ".checkpoint-", 12) == 0 && strstr(name, ".dos.tmp-")) ||
+	       strncmp(name, ".dos-probe-", 11) == 0;
+}
+
+/* Removes the temporary files of saves that were killed: called with the folder's lock
+ * held, when no save of this folder can be under way. */
+static void remove_stale_temporaries(const char *dir)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	unsigned removed = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		if (is_temporary(e->d_name) && unlinkat(dfd, e->d_name, 0) == 0)
+			removed++;
+	if (removed)
+		sync_directory(dfd);
+	closedir(d);
+}
+
+/* Locks dir's LOCK_NAME for this process, writing "pid P on HOST" into it. */
+static int lock_folder(struct _dos_checkpoint_folder *f)
+{
+	char path[PATH_MAX], host[256] = "?", holder[160] = "";
+	if (snprintf(path, sizeof path, "%s/%s", f->dir, LOCK_NAME) >= (int)sizeof path)
+		return DOS_FAIL(-ENAMETOOLONG, "checkpoint folder '%.200s...' has too long a name", f->dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return DOS_FAIL(-errno, "checkpoint folder %s: cannot create its lock file %s: %s", f->dir, LOCK_NAME,
+				strerror(errno));
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		int err = errno;
+		if (err == EWOULDBLOCK) {
+			ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+			holder[n > 0 ? n : 0] = 0;
+			holder[strcspn(holder, "\n")] = 0;
+			long pid = 0;
+			char on[256] = "";
+			gethostname(host, sizeof host - 1);
+			int ours = sscanf(holder, "pid %ld on %255s", &pid, on) == 2 && pid == (long)getpid() &&
+				   !strcmp(on, host);
+			close(fd);
+			return _dos_fail(
+				-EBUSY, "_dos_checkpoint_folder_take",
+				"checkpoint folder %s is in use by %s (%s): a folder takes one run at a time; wait "
+				"for it to end, or use another folder",
+				f->dir, ours ? "this process (another optimizer?)" : "another process",
+				*holder ? holder : "its pid not written yet");
+		}
+		/* a file system without locks: say so, and go on without */
+		_dos_warn("checkpoint folder %s cannot be locked (flock: %s): nothing keeps a second process out of it",
+			  f->dir, strerror(err));
+		close(fd);
+		return 0;
+	}
+	gethostname(host, sizeof host - 1);
+	int len = snprintf(holder, sizeof holder, "pid %ld on %s\n", (long)getpid(), host);
+	if (ftruncate(fd, 0) != 0 || pwrite(fd, holder, (size_t)len, 0) != len) {
+		/* the lock holds all the same; only the message of a refused process is poorer */
+	}
+	f->lock_fd = fd;
+	return 1;
+}
+
+int _dos_checkpoint_folder_take(struct _dos_checkpoint_folder *f, const char *dir, int lock)
+{
+	if (!f)
+		return DOS_FAIL(-EINVAL, "f is NULL");
+	*f = (struct _dos_checkpoint_folder)DOS_CHECKPOINT_FOLDER_INIT;
+	if (!dir)
+		return DOS_FAIL(-EINVAL, "dir is NULL");
+	char why[600];
+	int err = _dos_make_folder(dir, why, sizeof why);
+	if (!err)
+		err = _dos_check_writable_folder(dir, why, sizeof why);
+	if (err)
+		return DOS_FAIL(err, "checkpoint folder %s: %s", dir, why);
+	if (!(f->dir = strdup(dir)))
+		return DOS_FAIL(-ENOMEM, "no memory for the name of the checkpoint folder %s", dir);
+	if (lock) {
+		int locked = lock_folder(f);
+		if (locked < 0) {
+			_dos_checkpoint_folder_release(f);
+			return locked;
+		}
+		if (locked)
+			remove_stale_temporaries(dir);
+	}
+	return 0;
+}
+
+void _dos_checkpoint_folder_release(struct _dos_checkpoint_folder *f)
+{
+	if (!f)
+		return;
+	if (f->lock_fd >= 0)
+		close(f->lock_fd); /* the lock goes with the last descriptor */
+	free(f->dir);
+	*f = (struct _dos_checkpoint_folder)DOS_CHECKPOINT_FOLDER_INIT;
+}
+
+/* Refuses (-EEXIST) a folder holding checkpoints (whole, manifests, shards) of a run other
+ * than `run`, or, when strict, whose run cannot be read; the message lists them. */
+static int refuse_others(const char *function, const char *dir, const struct _dos_run_id *run, int strict,
+			 const char *advice)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return DOS_FAIL(-errno, "cannot read the checkpoint folder %s: %s", dir, strerror(errno));
+	char names[240] = "", unreadable[240] = "", other[DOS_RUN_ID_TEXT] = "";
+	size_t others = 0, damaged = 0;
+	uint64_t latest = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		uint64_t n;
+		int shard;
+		struct _dos_run_id id;
+		char why[200];
+		if (!parse_checkpoint_name(e->d_name, &n, &shard))
+			continue;
+		if (file_identity(dir, e->d_name, &id, why, sizeof why) != 0) {
+			if (strict && damaged++ < 2)
+				add_reason(unreadable, sizeof unreadable, e->d_name, why);
+			continue;
+		}
+		if (_dos_run_id_equal(&id, run))
+			continue;
+		if (!others++ || n > latest) {
+			latest = n;
+			_dos_run_id_text(&id, other);
+		}
+		size_t len = strlen(names);
+		if (others <= 4)
+			snprintf(names + len, sizeof names - len, "%s%.60s", len ? ", " : "", e->d_name);
+	}
+	closedir(d);
+	if (!others && !damaged)
+		return 0;
+	char what[700] = "";
+	if (others)
+		snprintf(what, sizeof what,
+			 "%zu checkpoint file%s of another run (%s%s; run %s, the latest after step %" PRIu64 ")",
+			 others, others > 1 ? "s" : "", names, others > 4 ? ", ..." : "", other, latest);
+	if (damaged)
+		snprintf(what + strlen(what), sizeof what - strlen(what),
+			 "%s%zu checkpoint file%s that cannot be read (%s%s)", others ? " and " : "", damaged,
+			 damaged > 1 ? "s" : "", unreadable, damaged > 2 ? "; ..." : "");
+	return _dos_fail(-EEXIST, function, "checkpoint folder %s holds %s; %s", dir, what, advice);
+}
+
+int _dos_checkpoint_folder_claim(struct _dos_checkpoint_folder *f, const struct _dos_run_id *run, int strict,
+				 const char *advice)
+{
+	if (!f || !f->dir || !run)
+		return DOS_FAIL(-EINVAL, "no folder taken, or run is NULL");
+	int err = refuse_others(__func__, f->dir, run, strict, advice ? advice : "use another folder");
+	if (err)
+		return err;
+	f->run = *run;
+	f->claimed = 1;
+	return 0;
+}
+
+int _dos_checkpoint_folder_check(const struct _dos_checkpoint_folder *f)
+{
+	if (!f || !f->dir || !f->claimed)
+		return DOS_FAIL(-EINVAL, "no checkpoint folder claimed");
+	return refuse_others(__func__, f->dir, &f->run, 0,
+			     "another process wrote into it; move those files away, or use another folder");
+}
+
+/* A data-parallel job's verdict on this rank's err: nonzero when any rank failed. */
+static int agreed(const struct _dos_checkpoint_search *search, int err)
+{
+	return search && search->agree ? search->agree(search->arg, err) : err != 0;
+}
+
+int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(void *arg, const char *path),
+				  void *load_arg, const struct _dos_checkpoint_search *search, const char *advice,
+				  char *path, size_t path_size)
+{
+	if (!f || !f->dir || !load)
+		return DOS_FAIL(-EINVAL, "no checkpoint folder taken, or load is NULL");
+	uint64_t *ns;
+	size_t count;
+	int err = list_checkpoints(f->dir, &ns, &count);
+	if (agreed(search, err))
+		return err ? err : DOS_FAIL(-EIO, "another rank cannot read the checkpoint folder %s", f->dir);
+	char candidate[PATH_MAX], reasons[400] = "";
+	int loaded = 0;
+	/* every rank goes through the same candidates, agreeing at the same points */
+	for (size_t i = 0; i < count && !loaded; i++) {
+		if ((err = checkpoint_path(f->dir, ns[i], candidate)))
+			break;
+		const char *name = strrchr(candidate, '/') + 1;
+		struct _dos_run_id run;
+		char why[512];
+		/* the run it is of, and the folder holding no other run's checkpoint */
+		int bad = file_identity(f->dir, name, &run, why, sizeof why), fatal = 0;
+		if (!bad)
+			fatal = refuse_others(__func__, f->dir, &run, 0, advice ? advice : "use another folder");
+		if (agreed(search, fatal)) {
+			free(ns);
+			return fatal ? fatal
+				     : DOS_FAIL(-EEXIST, "another rank found checkpoints of another run in %s", f->dir);
+		}
+		if (!bad) {
+			struct dos_error_hold hold;
+			_dos_hold_errors(&hold);
+			bad = load(load_arg, candidate);
+			if (bad) {
+				snprintf(why, sizeof why, "%s", _dos_held_error(&hold));
+				shorten_reason(why, candidate);
+			}
+			_dos_release_errors(&hold);
+		}
+		if (agreed(search, bad) && !bad) {
+			bad = -EIO;
+			snprintf(why, sizeof why, "another rank could not load its part");
+		}
+		if (!bad) {
+			loaded = 1;
+			f->run = run;
+			f->claimed = 1;
+			break;
+		}
+		if (search && search->skipped)
+			search->skipped(search->arg, candidate, why);
+		add_reason(reasons, sizeof reasons, name, why);
+	}
+	free(ns);
+	if (err)
+		return err;
+	if (!count)
+		return DOS_FAIL(-ENOENT, "no checkpoint in %s", f->dir);
+	if (!loaded)
+		return DOS_FAIL(-ENOENT, "none of the %zu checkpoints in %s loads: %s", count, f->dir, reasons);
+	return path ? give_path(candidate, path, path_size) : 0;
 }

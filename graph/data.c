@@ -1,9 +1,11 @@
 /* The corpus and the batch order (data.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data.h"
 #include "errors.h"
@@ -16,10 +18,16 @@ int _dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len,
 		return DOS_FAIL(-EINVAL, "NULL argument (corpus %p, path %p)", (void *)out, (const void *)path);
 	if (seq_len == 0)
 		return DOS_FAIL(-EINVAL, "seq_len = 0: sequences need at least one token");
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return DOS_FAIL(-errno, "cannot open the data file %s: %s", path, strerror(errno));
-	/* a directory opens fine and reads as an error much later: refuse it here */
+	/* O_NONBLOCK: a FIFO would block the open until something writes into it; it is
+	 * refused below, as a directory is (it opens fine and reads as an error much later) */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+	if (!f) {
+		int err = errno;
+		if (fd >= 0)
+			close(fd);
+		return DOS_FAIL(-err, "cannot open the data file %s: %s", path, strerror(err));
+	}
 	struct stat st;
 	if (fstat(fileno(f), &st) != 0) {
 		int err = errno;
@@ -29,7 +37,10 @@ int _dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len,
 	if (!S_ISREG(st.st_mode)) {
 		fclose(f);
 		return DOS_FAIL(S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "the data file %s is not a regular file%s",
-				path, S_ISDIR(st.st_mode) ? " but a directory" : "");
+				path,
+				S_ISDIR(st.st_mode)    ? " but a directory"
+				: S_ISFIFO(st.st_mode) ? " but a FIFO"
+						       : "");
 	}
 	uint64_t len = (uint64_t)st.st_size;
 	if (len < (uint64_t)seq_len + 1) {

@@ -123,7 +123,7 @@ int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_d
 	err = starpu_mpi_init_conf(argc, argv, 0, MPI_COMM_WORLD, conf);
 	if (err) {
 		finalize_mpi();
-		return DOS_FAIL(err, "starpu_mpi_init_conf failed (%d)", err);
+		return DOS_STARPU_INIT_FAILED(err, "starpu_mpi_init_conf");
 	}
 	starpu_mpi_comm_rank(MPI_COMM_WORLD, &dp->rank);
 	starpu_mpi_comm_size(MPI_COMM_WORLD, &dp->nranks);

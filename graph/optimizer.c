@@ -702,7 +702,8 @@ static struct dos_checkpoint_meta checkpoint_meta(const struct _dos_optimizer *o
 					    .good_steps = opt->good_steps,
 					    .seed = at->seed,
 					    .data_rng = at->data_rng,
-					    .hp = opt->cfg.hp};
+					    .hp = opt->cfg.hp,
+					    .run = at->run};
 }
 
 /* The ranks that keep state each save a shard (with fewer subgroups than ranks, some keep
@@ -779,7 +780,7 @@ int _dos_optimizer_load(struct _dos_optimizer *opt, const char *path, struct _do
 		opt->loss_scale = got.loss_scale;
 		opt->good_steps = got.good_steps;
 		*at = (struct _dos_run_position){
-			.steps_done = got.steps_done, .seed = got.seed, .data_rng = got.data_rng};
+			.steps_done = got.steps_done, .seed = got.seed, .data_rng = got.data_rng, .run = got.run};
 	}
 	release_state(opt);
 	return err;

@@ -25,6 +25,7 @@
 
 #include "dos.h"
 #include "data_parallel.h"
+#include "checkpoint.h"
 #include "phase.h"
 
 struct _dos_optimizer_config {
@@ -139,9 +140,11 @@ void _dos_optimizer_read_state(struct _dos_optimizer *opt, float *master, float 
 /* ---- checkpoints (graph/checkpoint.h holds the format) ---- */
 
 /* What a checkpoint records of the run around the optimizer: the steps taken, skipped
- * ones included, and the data loader's seed and batch-order state (0 without one). */
+ * ones included, the data loader's seed and batch-order state (0 without one), and the
+ * run's identity (graph/checkpoint.h). */
 struct _dos_run_position {
 	uint64_t steps_done, seed, data_rng;
+	struct _dos_run_id run;
 };
 
 /* How a save makes sure that the state it writes is finite (a checkpoint never holds an

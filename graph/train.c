@@ -4,6 +4,7 @@
  * or clipping needs the gradient statistics. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,6 +167,7 @@ struct run {
 	 * overflow the stack */
 	starpu_data_handle_t *loss_slots;
 	struct pending_step pending[2];
+	struct _dos_checkpoint_folder *folder; /* taken before the run starts */
 };
 
 /* Frees what start_run made; the loss handles an error left registered are dropped. */
@@ -272,24 +274,90 @@ static int start_run(const struct dos_train_config *cfg, struct run *r)
 	return 0;
 }
 
-/* Before any task runs (every handle's only copy is its home): the latest checkpoint's
- * state, counters and batch order, on every rank or none; then tasks make the working
- * weights what the weight refresh makes of those master weights (the rebuild sends each
- * rank's to the others). *first_step is the number of steps the checkpoint had done. */
-static int resume(struct run *r, uint64_t *first_step)
+/* What a run told to start afresh in a folder holding checkpoints, or to resume in one
+ * holding another run's too, can do. */
+#define FOLDER_ADVICE                                                                                              \
+	"continue the run of the latest one with --resume, or give another --checkpoint-dir (or move those files " \
+	"away)"
+
+/* Every rank's error into the job's: nonzero when any rank failed. */
+static int job_failed(void *arg, int err)
+{
+	(void)arg;
+	return _dos_dp_sum(err != 0) > 0;
+}
+
+/* Takes the checkpoint folder for the run, before anything is loaded: rank 0 locks it for
+ * the job; a fresh run draws its identity (rank 0, for every rank) and claims the
+ * folder, which must hold no checkpoint (a resumed run claims it when it loads). */
+static int take_checkpoint_folder(const struct dos_train_config *cfg, struct _dos_checkpoint_folder *folder)
+{
+	const struct dos_data_parallel *dp = &cfg->dp;
+	int err = _dos_checkpoint_folder_take(folder, cfg->checkpoint_dir, dp->rank == 0);
+	if (job_failed(NULL, err))
+		return err ? err
+			   : DOS_FAIL(-EIO, "another rank cannot use the checkpoint folder %s", cfg->checkpoint_dir);
+	if (cfg->resume)
+		return 0;
+	struct _dos_run_id run = {{0}};
+	if (dp->rank == 0)
+		err = _dos_run_id_new(&run);
+	if (_dos_dp_size(dp) > 1) /* rank 0's identity to every rank, 24 bits at a time: exact in a double */
+		for (size_t i = 0; i < sizeof run.bytes; i += 3) {
+			uint32_t part = 0;
+			for (size_t k = 0; k < 3 && i + k < sizeof run.bytes; k++)
+				part |= (uint32_t)run.bytes[i + k] << (8 * k);
+			part = (uint32_t)_dos_dp_sum(dp->rank == 0 ? (double)part : 0.0);
+			for (size_t k = 0; k < 3 && i + k < sizeof run.bytes; k++)
+				run.bytes[i + k] = (unsigned char)(part >> (8 * k));
+		}
+	if (!err)
+		err = _dos_checkpoint_folder_claim(folder, &run, 1, FOLDER_ADVICE);
+	if (job_failed(NULL, err))
+		return err ? err
+			   : DOS_FAIL(-EEXIST, "another rank refused the checkpoint folder %s", cfg->checkpoint_dir);
+	return 0;
+}
+
+/* A candidate checkpoint of the folder, loaded into the run's optimizer. */
+struct candidate {
+	struct run *r;
+	struct _dos_run_position at;
+};
+
+static int load_candidate(void *arg, const char *path)
+{
+	struct candidate *c = arg;
+	return _dos_optimizer_load(c->r->opt, path, &c->at);
+}
+
+/* Before any task runs (every handle's only copy is its home): the newest checkpoint of
+ * the folder that loads (its path into path, of path_size bytes), its state, counters
+ * and batch order, on every rank or none; then tasks make the working weights what the
+ * weight refresh makes of those master weights (the rebuild sends each rank's to the
+ * others). *first_step is the number of steps the checkpoint had done. */
+static int resume(struct run *r, uint64_t *first_step, char *path, size_t path_size)
 {
 	const struct dos_train_config *cfg = r->cfg;
 	int err = 0;
 	*first_step = 0;
 	if (cfg->resume && DOS_VALUES_ARE_REAL) {
-		char path[4096];
-		struct _dos_run_position at;
-		err = _dos_checkpoint_latest(cfg->checkpoint_dir, path, sizeof path);
-		if (err == -ENOENT)
-			err = DOS_FAIL(-ENOENT, "--resume: no checkpoint in %s", cfg->checkpoint_dir);
-		if (!err && !(err = _dos_optimizer_load(r->opt, path, &at))) {
-			r->corpus.rng = at.data_rng;
-			*first_step = at.steps_done;
+		struct candidate c = {.r = r};
+		/* rank 0 reports for the job */
+		struct _dos_checkpoint_search search = {.agree = _dos_dp_size(&cfg->dp) > 1 ? job_failed : NULL,
+							.skipped = cfg->dp.rank == 0 ? cfg->checkpoint_skipped : NULL,
+							.arg = cfg->checkpoint_skipped_arg};
+		err = _dos_checkpoint_folder_resume(r->folder, load_candidate, &c, &search, FOLDER_ADVICE, path,
+						    path_size);
+		if (err == -ENOENT) {
+			char why[1024];
+			snprintf(why, sizeof why, "%s", dos_last_error());
+			const char *colon = strstr(why, ": ");
+			err = DOS_FAIL(-ENOENT, "--resume: %s", colon ? colon + 2 : why);
+		}
+		if (!err) {
+			r->corpus.rng = c.at.data_rng;
+			*first_step = c.at.steps_done;
 		}
 	}
 	if (_dos_dp_sum(err != 0) > 0 && !err)
@@ -407,11 +475,20 @@ static int finish_step(struct run *r, struct pending_step *q, double start, stru
 }
 
 /* In a data-parallel job every rank saves its shard of the state (the directory must be
- * shared by the ranks: a parallel file system on a cluster). */
+ * shared by the ranks: a parallel file system on a cluster), once rank 0 has found the
+ * folder still the run's alone. */
 static int save_checkpoint(struct run *r, uint64_t steps_done)
 {
-	struct _dos_run_position at = {.steps_done = steps_done, .seed = r->cfg->seed, .data_rng = r->corpus.rng};
-	return _dos_optimizer_save(r->opt, r->cfg->checkpoint_dir, 2, &at, DOS_SAVE_CHECK_FLAGS, NULL, 0);
+	const struct dos_data_parallel *dp = &r->cfg->dp;
+	int err = dp->rank == 0 ? _dos_checkpoint_folder_check(r->folder) : 0;
+	if (_dos_dp_size(dp) > 1 && _dos_dp_sum(err != 0) > 0 && !err)
+		err = DOS_FAIL(-EEXIST, "checkpoint after step %llu: rank 0 found another run's checkpoints",
+			       (unsigned long long)steps_done);
+	if (err)
+		return err;
+	struct _dos_run_position at = {
+		.steps_done = steps_done, .seed = r->cfg->seed, .data_rng = r->corpus.rng, .run = r->folder->run};
+	return _dos_optimizer_save(r->opt, r->folder->dir, 2, &at, DOS_SAVE_CHECK_FLAGS, NULL, 0);
 }
 
 /* The outputs the caller asked for, once every task has ended. */
@@ -445,12 +522,21 @@ int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *
 	if (!cfg)
 		return DOS_FAIL(-EINVAL, "cfg is NULL");
 	struct run r;
-	if ((err = check_config(cfg)) || (err = start_run(cfg, &r)))
+	/* the checkpoint folder before the data is read */
+	struct _dos_checkpoint_folder folder = DOS_CHECKPOINT_FOLDER_INIT;
+	if ((err = check_config(cfg)) ||
+	    (cfg->checkpoint_dir && DOS_VALUES_ARE_REAL && (err = take_checkpoint_folder(cfg, &folder))))
 		return err;
+	if ((err = start_run(cfg, &r))) {
+		_dos_checkpoint_folder_release(&folder);
+		return err;
+	}
+	r.folder = &folder;
 	declare_gpu_memory(cfg, &r.model);
 	uint64_t first_step;
-	if ((err = resume(&r, &first_step))) {
+	if ((err = resume(&r, &first_step, out ? out->resumed_path : NULL, out ? sizeof out->resumed_path : 0))) {
 		end_run(&r);
+		_dos_checkpoint_folder_release(&folder);
 		return err;
 	}
 	if (out)
@@ -483,5 +569,6 @@ int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *
 		write_outputs(&r, out);
 	}
 	end_run(&r);
+	_dos_checkpoint_folder_release(&folder);
 	return err;
 }

@@ -42,13 +42,17 @@ struct dos_train_config {
 	 * process accumulating the global batch. Losses and on_step are rank 0's; zero: a
 	 * single process */
 	struct dos_data_parallel dp;
-	/* optional checkpoints (graph/checkpoint.h) in this existing directory: every
-	 * checkpoint_every steps (0: only after the last step), the two latest kept; with
-	 * resume, the run continues from the latest one there (steps counts from the start
-	 * of training, so the run ends at the same step either way) */
+	/* optional checkpoints (graph/checkpoint.h) in this folder, created when missing and
+	 * held by the run (its lock; a fresh run refuses a folder that holds checkpoints):
+	 * every checkpoint_every steps (0: only after the last step), the run's two latest
+	 * kept; with resume, the run continues from the newest checkpoint there that loads
+	 * (steps counts from the start of training, so the run ends at the same step either
+	 * way), telling checkpoint_skipped (optional) of each newer one it passed over */
 	const char *checkpoint_dir;
 	uint64_t checkpoint_every;
 	int resume;
+	void (*checkpoint_skipped)(void *arg, const char *path, const char *why);
+	void *checkpoint_skipped_arg;
 	/* optional: every finished step (called on the submitting thread) */
 	void (*on_step)(void *arg, const struct dos_train_progress *progress);
 	void *on_step_arg;
@@ -70,14 +74,18 @@ struct dos_train_output {
 	uint64_t state_begin, state_len; /* the parameters whose state this rank keeps */
 	uint64_t skipped_steps;
 	double seconds;
-	uint64_t resumed_from; /* steps already done by the checkpoint resumed from (0: none) */
+	uint64_t resumed_from;   /* steps already done by the checkpoint resumed from (0: none) */
+	char resumed_path[4096]; /* that checkpoint */
 };
 
 /* Runs the training. Every setting is checked before anything is loaded (the model's
- * shape, sizes, the optimizer's configuration, checkpoint settings). Errors: -EINVAL
- * naming the bad setting and its value, data-file errors, -ENOMEM naming what could not
- * be allocated, -ERANGE when the optimizer state stops being finite; the message is in
- * dos_last_error(). A refused configuration leaves *out untouched. */
+ * shape, sizes, the optimizer's configuration, checkpoint settings), and the checkpoint
+ * folder is taken before the data is read. Errors: -EINVAL naming the bad setting and
+ * its value, data-file errors, checkpoint-folder errors (-EBUSY: another process holds
+ * it; -EEXIST: it holds another run's checkpoints; -ENOENT: nothing to resume from; or
+ * the file system's), -ENOMEM naming what could not be allocated, -ERANGE when the
+ * optimizer state stops being finite; the message is in dos_last_error(). A refused
+ * configuration leaves *out untouched. */
 int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out);
 
 #endif /* DOS_TRAIN_H */

@@ -366,9 +366,12 @@ int dos_opt_config_init(struct dos_opt_config *cfg);
  * Errors: -EINVAL for a NULL out, cfg or tensors, ntensors 0, a bad configuration field
  * (named with its value), a tensor with numel 0 or above 2^32 - 1, without or with both a
  * handle and a buffer for its weight or gradient, a handle that is not a vector of numel
- * elements of tensor_dtype, a handle used twice, handles while StarPU is not initialised,
- * a location outside enum dos_memory, a CUDA device no StarPU CUDA worker uses, an
- * unknown policy; -ENODEV when StarPU finds no worker; -ENOMEM. */
+ * elements of tensor_dtype, a handle used twice, buffers (given, or a handle's home copy)
+ * that overlap, handles while StarPU is not initialised, a location outside enum
+ * dos_memory, a CUDA device no StarPU CUDA worker uses, an unknown policy; -EBUSY for a
+ * handle or buffer that a live optimizer already has (the message names both); -ENODEV
+ * when StarPU finds no worker (the message names the settings that decide the workers);
+ * -ENOMEM. */
 int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t ntensors,
 		   const struct dos_opt_tensor *tensors);
 
@@ -457,21 +460,30 @@ int dos_opt_get_step_times(dos_opt_t opt, struct dos_opt_step_times *out);
 int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_t count);
 
 /* Saves the state after the steps submitted so far (it waits for their updates) as
- * "checkpoint-<steps_submitted>.dos" in the existing directory `dir`, written atomically
- * (a crash leaves the previous checkpoint intact), and deletes the older checkpoint-*.dos
- * files there beyond the `keep` most recent. The path written goes to path_out (of
- * path_size bytes) unless it is NULL. The file holds master weights, m, v, the step
- * counters and loss scale, the tensors' sizes and the subgroup size, each section with a
- * CRC32C. Errors: -EINVAL for a NULL opt or dir, keep 0; -ERANGE when the state holds
- * inf or nan (nothing written; the message names the value); -ENAMETOOLONG when
- * path_out is too small; a negative errno naming the file and the operation from the
- * file system. */
+ * "checkpoint-<steps_submitted>.dos" in the folder `dir` (created with its parents when
+ * missing), written atomically (a crash leaves the previous checkpoint intact), and
+ * deletes this run's older checkpoint-*.dos files there beyond the `keep` most recent.
+ * The path written goes to path_out (of path_size bytes) unless it is NULL. The file holds
+ * master weights, m, v, the step counters and loss scale, the tensors' sizes, the subgroup
+ * size and the run's identity (drawn when the optimizer is created, or the one of the
+ * checkpoint it loaded), each section with a CRC32C.
+ * A folder belongs to one run and one optimizer at a time: the optimizer keeps it locked
+ * (an advisory lock the kernel drops when the process ends) until it is destroyed or
+ * saves into another folder, and refuses a folder that holds another run's checkpoints
+ * (or, before it has loaded one, checkpoint files it cannot read); temporary files of
+ * killed saves are removed when it takes the folder. Errors: -EINVAL for a NULL opt or
+ * dir, keep 0; -EBUSY when another process or optimizer holds the folder (the message
+ * names the holder's pid); -EEXIST when it holds another run's checkpoints (nothing
+ * written; the message lists them); -ERANGE when the state holds inf or nan (nothing
+ * written; the message names the value); -ENAMETOOLONG when path_out is too small; a
+ * negative errno naming the file and the operation from the file system. */
 int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, size_t path_size);
 
 /* Replaces the state with that of the checkpoint at `path` (made by dos_opt_save or
  * dos-train for the same tensor sizes, subgroup size and dtypes) once the optimizer's
  * tasks so far have ended, and submits the tasks that make the tensors' weights what the
- * interrupted training had (weights given as buffers: after dos_opt_wait). N steps,
+ * interrupted training had (weights given as buffers: after dos_opt_wait); the optimizer
+ * then continues that checkpoint's run (its later saves carry its identity). N steps,
  * save, load, M steps end bit-identical to N + M steps. The whole file is verified
  * before anything changes. Errors: -EINVAL for a NULL opt or path, a file that is not a
  * checkpoint or is of another version or another layout (the message names the field,
@@ -481,10 +493,12 @@ int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, 
  * and the reading pass), which may leave the state partly overwritten. */
 int dos_opt_load(dos_opt_t opt, const char *path);
 
-/* The path of the most recent checkpoint-<N>.dos in `dir` (highest N), into path (of
- * path_size bytes), for resuming. Errors: -EINVAL for a NULL dir or path; -ENOENT when
- * there is none; -ENAMETOOLONG when path is too small; a negative errno from reading
- * the directory. */
+/* The path of the most recent checkpoint-<N>.dos in `dir` that verifies (every CRC of
+ * every file it involves: it reads them whole), into path (of path_size bytes), for
+ * resuming; newer ones that do not verify (damaged, truncated) are skipped with a warning
+ * on stderr naming each and why (unless DOS_QUIET=1). Errors: -EINVAL for a NULL dir or
+ * path; -ENOENT when there is none, or none verifies (the message gives the reasons);
+ * -ENAMETOOLONG when path is too small; a negative errno from reading the directory. */
 int dos_opt_latest_checkpoint(const char *dir, char *path, size_t path_size);
 
 /* Waits for the optimizer's tasks, writes weights given as buffers back to them,

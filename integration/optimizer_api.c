@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <starpu.h>
 
@@ -23,6 +24,21 @@
  * it down. The lock also makes "is StarPU up? start it" one step for concurrent creates. */
 static pthread_mutex_t owned_starpu_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned owned_starpu_users;
+
+/* A buffer an optimizer reads or writes as a tensor's weight or gradient: bytes at start
+ * in an address space (0: the host's; 1 + d: CUDA device d's). */
+struct tensor_buffer {
+	int space;
+	uintptr_t start;
+	size_t bytes;
+	uint32_t tensor;
+	int is_grad;
+};
+
+/* Every live optimizer, so that a second one over the same tensors is refused: each
+ * keeps its own state, and the last to write the weights would win. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dos_opt *live_opts;
 
 /* What one step's tasks have done so far; freed when the last of them ends. */
 struct step_account {
@@ -64,6 +80,16 @@ struct dos_opt {
 	unsigned steps_in_flight;       /* steps with tasks not ended */
 	enum dos_device *placement;     /* [nsubgroups] */
 	struct dos_opt_step_times last_times;
+	/* its tensors' buffers, and its place among the live optimizers */
+	struct tensor_buffer *buffers;
+	size_t nbuffers;
+	struct dos_opt *next_live;
+	int live;
+	/* checkpoints: the run this optimizer is (drawn at creation, or the one of the
+	 * checkpoint it loaded) and the folder it saves into */
+	struct _dos_run_id run;
+	int loaded;
+	struct _dos_checkpoint_folder folder;
 };
 
 int dos_opt_config_init(struct dos_opt_config *cfg)
@@ -283,6 +309,123 @@ static int check_handles(uint32_t ntensors, const struct dos_opt_tensor *tensors
 	return 0;
 }
 
+static const char *buffer_name(const struct tensor_buffer *b, char *name, size_t size)
+{
+	snprintf(name, size, "tensors[%u].%s", b->tensor, b->is_grad ? "grad" : "weight");
+	return name;
+}
+
+static int by_start(const void *a, const void *b)
+{
+	const struct tensor_buffer *x = a, *y = b;
+	if (x->space != y->space)
+		return x->space < y->space ? -1 : 1;
+	return (x->start > y->start) - (x->start < y->start);
+}
+
+/* The buffers of the tensors (handles: their home copy, when they have one), refused when
+ * two overlap: the optimizer would write a weight or read a gradient that another tensor
+ * also is. On success *out (sorted) and *count are the optimizer's. */
+static int collect_buffers(uint32_t ntensors, const struct dos_opt_tensor *tensors, size_t elemsize,
+			   struct tensor_buffer **out, size_t *count)
+{
+	struct tensor_buffer *b = malloc(2 * (size_t)ntensors * sizeof *b);
+	if (!b)
+		return DOS_FAIL(-ENOMEM, "no memory to check %u tensors", ntensors);
+	size_t n = 0;
+	for (uint32_t t = 0; t < ntensors; t++)
+		for (int g = 0; g < 2; g++) {
+			const struct dos_opt_tensor *x = &tensors[t];
+			starpu_data_handle_t h = g ? x->grad : x->weight;
+			void *ptr = g ? x->grad_ptr : x->weight_ptr;
+			struct tensor_buffer e = {.bytes = x->numel * elemsize, .tensor = t, .is_grad = g};
+			if (ptr) {
+				e.space = x->location == DOS_MEMORY_CUDA ? 1 + x->cuda_device : 0;
+				e.start = (uintptr_t)ptr;
+			} else {
+				int home = starpu_data_get_home_node(h);
+				if (home < 0 || !(ptr = starpu_data_handle_to_pointer(h, (unsigned)home)))
+					continue; /* StarPU allocates it: no buffer of the application's */
+				e.space = starpu_node_get_kind((unsigned)home) == STARPU_CUDA_RAM
+						  ? 1 + starpu_memory_node_get_devid((unsigned)home)
+						  : 0;
+				e.start = (uintptr_t)ptr;
+			}
+			b[n++] = e;
+		}
+	qsort(b, n, sizeof *b, by_start);
+	for (size_t i = 1; i < n; i++)
+		if (b[i].space == b[i - 1].space && b[i].start < b[i - 1].start + b[i - 1].bytes) {
+			char first[48], second[48];
+			int err = DOS_FAIL(-EINVAL,
+					   "%s (%zu bytes at %p) and %s (%zu bytes at %p) overlap: each weight and "
+					   "gradient needs memory of its own",
+					   buffer_name(&b[i - 1], first, sizeof first), b[i - 1].bytes,
+					   (void *)b[i - 1].start, buffer_name(&b[i], second, sizeof second),
+					   b[i].bytes, (void *)b[i].start);
+			free(b);
+			return err;
+		}
+	*out = b;
+	*count = n;
+	return 0;
+}
+
+/* Refuses tensors that a live optimizer already has (the same handle, or overlapping
+ * memory), then counts `opt` among the live ones. */
+static int join_live(struct dos_opt *opt, uint32_t ntensors, const struct dos_opt_tensor *tensors)
+{
+	pthread_mutex_lock(&live_lock);
+	for (struct dos_opt *o = live_opts; o; o = o->next_live) {
+		for (uint32_t t = 0; t < ntensors; t++)
+			for (uint32_t u = 0; u < o->ntensors; u++)
+				for (int g = 0; g < 2; g++) {
+					starpu_data_handle_t h = g ? tensors[t].grad : tensors[t].weight;
+					if (h && (h == o->weight[u] || h == o->grad[u])) {
+						pthread_mutex_unlock(&live_lock);
+						return DOS_FAIL(
+							-EBUSY,
+							"tensors[%u].%s: handle %p is tensors[%u].%s of another "
+							"live optimizer (%p): destroy that one first",
+							t, g ? "grad" : "weight", (void *)h, u,
+							h == o->grad[u] ? "grad" : "weight", (void *)o);
+					}
+				}
+		for (size_t i = 0; i < opt->nbuffers; i++)
+			for (size_t k = 0; k < o->nbuffers; k++) {
+				const struct tensor_buffer *a = &opt->buffers[i], *b = &o->buffers[k];
+				if (a->space == b->space && a->start < b->start + b->bytes &&
+				    b->start < a->start + a->bytes) {
+					char mine[48], theirs[48];
+					pthread_mutex_unlock(&live_lock);
+					return DOS_FAIL(-EBUSY,
+							"%s (%zu bytes at %p) overlaps %s (%zu bytes at %p) of another "
+							"live optimizer (%p): destroy that one first",
+							buffer_name(a, mine, sizeof mine), a->bytes, (void *)a->start,
+							buffer_name(b, theirs, sizeof theirs), b->bytes,
+							(void *)b->start, (void *)o);
+				}
+			}
+	}
+	opt->next_live = live_opts;
+	live_opts = opt;
+	opt->live = 1;
+	pthread_mutex_unlock(&live_lock);
+	return 0;
+}
+
+static void leave_live(struct dos_opt *opt)
+{
+	pthread_mutex_lock(&live_lock);
+	for (struct dos_opt **o = &live_opts; *o; o = &(*o)->next_live)
+		if (*o == opt) {
+			*o = opt->next_live;
+			break;
+		}
+	opt->live = 0;
+	pthread_mutex_unlock(&live_lock);
+}
+
 /* The memory node of CUDA device `device`, or -1 when no CUDA worker uses it. */
 static int cuda_node(int device)
 {
@@ -330,6 +473,10 @@ static void read_initial_weights(const struct dos_opt *opt, enum dos_dtype dtype
 /* Undoes whatever create did so far (each step checks what exists). */
 static void teardown(struct dos_opt *opt, int inner_made, int lock_made)
 {
+	if (opt->live)
+		leave_live(opt);
+	_dos_checkpoint_folder_release(&opt->folder);
+	free(opt->buffers);
 	if (inner_made)
 		_dos_optimizer_destroy(opt->inner);
 	for (uint32_t t = 0; t < opt->ntensors; t++) {
@@ -381,8 +528,7 @@ static int join_starpu(struct dos_opt *opt, const struct dos_opt_config *cfg, st
 		conf.sched_policy_name = NULL;
 		if ((err = starpu_init(&conf))) {
 			pthread_mutex_unlock(&owned_starpu_lock);
-			return DOS_FAIL(err, "starpu_init failed (%d%s)", err,
-					err == -ENODEV ? ": no worker, see STARPU_NCPU and STARPU_NCUDA" : "");
+			return DOS_STARPU_INIT_FAILED(err, "starpu_init");
 		}
 		owned_starpu_users = 1;
 		opt->owns_starpu = 1;
@@ -444,6 +590,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 	struct dos_opt *opt = calloc(1, sizeof *opt);
 	if (!opt)
 		return DOS_FAIL(-ENOMEM, "no memory for an optimizer");
+	opt->folder = (struct _dos_checkpoint_folder)DOS_CHECKPOINT_FOLDER_INIT;
 	opt->ntensors = ntensors;
 	opt->numel = malloc(ntensors * sizeof *opt->numel);
 	opt->weight = calloc(ntensors, sizeof *opt->weight);
@@ -460,7 +607,14 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 		opt->grad[t] = tensors[t].grad;
 		opt->weight_node[t] = opt->grad_node[t] = -1;
 	}
-	if ((err = join_starpu(opt, cfg, policy, ntensors, tensors, uses_handles))) {
+	if ((err = _dos_run_id_new(&opt->run))) {
+		teardown(opt, 0, 0);
+		return err;
+	}
+	if ((err = join_starpu(opt, cfg, policy, ntensors, tensors, uses_handles)) ||
+	    (err = collect_buffers(ntensors, tensors, dos_dtype_size(cfg->tensor_dtype), &opt->buffers,
+				   &opt->nbuffers)) ||
+	    (err = join_live(opt, ntensors, tensors))) {
 		teardown(opt, 0, 0);
 		return err;
 	}
@@ -632,16 +786,47 @@ int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_
 
 /* ---- checkpoints ---------------------------------------------------------------------- */
 
+/* What an optimizer told to save into a folder of another run can do. */
+#define FOLDER_ADVICE                                                                                             \
+	"to continue that run, load its latest checkpoint first (dos_opt_latest_checkpoint, dos_opt_load); else " \
+	"save into another folder"
+
+/* Whether a and b name the same folder (however they are spelled). */
+static int same_folder(const char *a, const char *b)
+{
+	struct stat x, y;
+	return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* The folder `dir` taken for opt's saves (graph/checkpoint.h): created when missing, locked
+ * for this optimizer until it is destroyed or saves elsewhere, and holding no checkpoint
+ * of another run (nor, before the optimizer has loaded one, any it cannot read). */
+static int take_folder(struct dos_opt *opt, const char *dir)
+{
+	int err;
+	if (opt->folder.dir && same_folder(opt->folder.dir, dir))
+		return _dos_checkpoint_folder_check(&opt->folder);
+	_dos_checkpoint_folder_release(&opt->folder);
+	if ((err = _dos_checkpoint_folder_take(&opt->folder, dir, 1)))
+		return err;
+	if ((err = _dos_checkpoint_folder_claim(&opt->folder, &opt->run, !opt->loaded, FOLDER_ADVICE)))
+		_dos_checkpoint_folder_release(&opt->folder);
+	return err;
+}
+
 int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, size_t path_size)
 {
 	if (!opt || !dir)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, dir %p)", (void *)opt, (const void *)dir);
 	if (keep == 0)
 		return DOS_FAIL(-EINVAL, "keep = 0: keep at least the checkpoint being written");
+	int err = take_folder(opt, dir);
+	if (err)
+		return err;
 	/* no data loader here: the position is the steps submitted; the state may have been
 	 * loaded or be older than the updates' flags, so its values are checked */
-	struct _dos_run_position at = {.steps_done = opt->steps_submitted};
-	return _dos_optimizer_save(opt->inner, dir, keep, &at, DOS_SAVE_CHECK_VALUES, path_out,
+	struct _dos_run_position at = {.steps_done = opt->steps_submitted, .run = opt->run};
+	return _dos_optimizer_save(opt->inner, opt->folder.dir, keep, &at, DOS_SAVE_CHECK_VALUES, path_out,
 				   path_out ? path_size : 0);
 }
 
@@ -656,13 +841,26 @@ int dos_opt_load(dos_opt_t opt, const char *path)
 	if (err)
 		return err;
 	opt->steps_submitted = at.steps_done;
+	/* the optimizer continues the run that saved it: the folder is claimed again for that
+	 * run at the next save */
+	if (!_dos_run_id_equal(&opt->run, &at.run))
+		_dos_checkpoint_folder_release(&opt->folder);
+	opt->run = at.run;
+	opt->loaded = 1;
 	_dos_optimizer_rebuild_weights(opt->inner);
 	return 0;
 }
 
+static void warn_skipped(void *arg, const char *path, const char *why)
+{
+	(void)arg;
+	_dos_warn("dos_opt_latest_checkpoint: skipping %s, which does not verify: %s", path, why);
+}
+
 int dos_opt_latest_checkpoint(const char *dir, char *path, size_t path_size)
 {
-	return _dos_checkpoint_latest(dir, path, path_size);
+	const struct _dos_checkpoint_search search = {.skipped = warn_skipped};
+	return _dos_checkpoint_newest_valid(dir, &search, path, path_size);
 }
 
 void dos_opt_destroy(dos_opt_t opt)

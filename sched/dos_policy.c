@@ -47,6 +47,7 @@
 #include "dos_policy.h"
 #include "planner.h"
 #include "errors.h"
+#include "parse.h"
 #include "rates.h"
 #include "worker_queues.h"
 
@@ -192,11 +193,24 @@ static double env_double(const char *name, double fallback, double lo, double hi
 	const char *s = getenv(name);
 	if (!s || !*s)
 		return fallback;
-	char *end;
-	double x = strtod(s, &end);
-	if (*end || !(x >= lo && x <= hi)) {
-		fprintf(stderr, "starpu-dos: %s = '%s' is not a number in [%g, %g]; using %g\n", name, s, lo, hi,
-			fallback);
+	double x;
+	if (_dos_parse_double(s, &x) != 0 || !(x >= lo && x <= hi)) {
+		fprintf(stderr, "starpu-dos: %s = '%s' is not a decimal number in [%g, %g]; using %g\n", name, s, lo,
+			hi, fallback);
+		return fallback;
+	}
+	return x;
+}
+
+static uint64_t env_u64(const char *name, uint64_t fallback, uint64_t lo, uint64_t hi)
+{
+	const char *s = getenv(name);
+	uint64_t x;
+	if (!s || !*s)
+		return fallback;
+	if (_dos_parse_u64(s, lo, hi, &x) != 0) {
+		fprintf(stderr, "starpu-dos: %s = '%s' is not a whole number in base 10 in [%llu, %llu]; using %llu\n",
+			name, s, (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)fallback);
 		return fallback;
 	}
 	return x;
@@ -207,11 +221,11 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 	struct policy *p = calloc(1, sizeof *p);
 	STARPU_ASSERT_MSG(p, "out of memory for the dos policy");
 	p->rule = rule;
-	p->stride_k = (int)env_double("DOS_STRIDE_K", 2, 1, 1e6);
+	p->stride_k = (int)env_u64("DOS_STRIDE_K", 2, 1, 1000000);
 	p->resident_ratio = env_double("DOS_RESIDENT_RATIO", 0.5, 0, 1);
 	p->declared_reserve_bytes = env_double("DOS_GPU_RESERVE_MIB", 0, 0, 1e9) * 1048576.0;
 	p->gpu_node = -1; /* until add_workers */
-	p->verbose = (int)env_double("DOS_SCHED_VERBOSE", 0, 0, 9);
+	p->verbose = (int)env_u64("DOS_SCHED_VERBOSE", 0, 0, 9);
 	p->declared_override_bytes =
 		getenv("DOS_GPU_DECLARED_MIB") ? env_double("DOS_GPU_DECLARED_MIB", -1, 0, 1e9) * 1048576.0 : -1;
 	const char *forecast = getenv("DOS_GPU_FORECAST");

@@ -18,6 +18,7 @@
 
 #include "dos.h"
 #include "errors.h"
+#include "parse.h"
 #include "rates.h"
 
 /* <sampling dir>/dos/<name>.<host>, beside the bus model StarPU uses for this host
@@ -97,12 +98,12 @@ static int record_measurement(const char *name, double value, const char *commen
 double _dos_host_contention(void)
 {
 	const char *env = getenv("DOS_HOST_CONTENTION");
-	char *end;
+	double x;
 	if (env && *env) {
-		double x = strtod(env, &end);
-		if (!*end && x >= 1.0 && x < 100.0)
+		if (_dos_parse_double(env, &x) == 0 && x >= 1.0 && x < 100.0)
 			return x;
-		fprintf(stderr, "starpu-dos: DOS_HOST_CONTENTION = '%s' is not a number in [1, 100); ignored\n", env);
+		fprintf(stderr, "starpu-dos: DOS_HOST_CONTENTION = '%s' is not a decimal number in [1, 100); ignored\n",
+			env);
 	}
 	return read_measurement("host_contention", 1.0, 100.0, 1.0);
 }

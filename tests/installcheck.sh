@@ -42,9 +42,11 @@ if [[ -f $includedir/dos.h && -f $includedir/dos_version.h ]]; then
 else
 	fail "dos.h or dos_version.h missing from $includedir"
 fi
-starpu_libdir=$(pkg-config --variable=libdir starpu-1.4)
-# pkg-config gives no run-time search path: the user's LD_LIBRARY_PATH names both prefixes.
-run_env=(env "LD_LIBRARY_PATH=$DOS_LIBDIR:$starpu_libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+# starpu-dos.pc gives the run-time search path of both libraries: no LD_LIBRARY_PATH. A
+# StarPU program of its own (plain-starpu, built with starpu-1.4.pc alone) finds its StarPU
+# as it always does, here by LD_LIBRARY_PATH.
+run_env=(env -u LD_LIBRARY_PATH)
+starpu_env=(env "LD_LIBRARY_PATH=$(pkg-config --variable=libdir starpu-1.4)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 
 # build NAME PACKAGE: examples/NAME.c with the flags pkg-config gives for PACKAGE (the
 # compiler's output, full of CUDA deprecation warnings from StarPU's -I, only on failure)
@@ -73,7 +75,7 @@ if [[ $simgrid != yes && $status == 0 ]]; then
 	lib=$DOS_LIBDIR/libstarpu-dos.so
 	if [[ ! -f $lib ]]; then
 		echo "no $lib (built with --disable-shared?): STARPU_SCHED_LIB not checked"
-	elif "${run_env[@]}" STARPU_SCHED_LIB="$lib" STARPU_SCHED=dos DOS_SCHED_VERBOSE=1 \
+	elif "${starpu_env[@]}" STARPU_SCHED_LIB="$lib" STARPU_SCHED=dos DOS_SCHED_VERBOSE=1 \
 		"$work/plain-starpu" >"$work/out" 2>&1 &&
 		grep -q 'starpu-dos: dos: [1-9][0-9]* tasks placed' "$work/out"; then
 		ok "plain-starpu under STARPU_SCHED_LIB=$lib STARPU_SCHED=dos: $(grep 'starpu-dos: dos:' "$work/out")"

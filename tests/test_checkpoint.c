@@ -1,7 +1,9 @@
 /* Checkpoints (graph/checkpoint.h) in a temporary directory: bit-exact round trips, the
  * retention of the most recent files, leftovers of a crashed save, a refusal for every
- * kind of damaged or foreign file with the caller's state left untouched, and failed
- * saves that leave neither a temporary file nor a changed checkpoint behind. */
+ * kind of damaged or foreign file with the caller's state left untouched, failed saves
+ * that leave neither a temporary file nor a changed checkpoint behind, the previous
+ * format versions read, and folders held by one run and one process (lock, identity,
+ * stale temporaries, resuming past damaged checkpoints). */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -9,6 +11,7 @@
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -151,6 +154,8 @@ static void make_state(struct state *s, uint64_t nparams, uint32_t ntensors, uin
 		       .eps = test_uniform(&rng) * 1e-8,
 		       .weight_decay = test_uniform(&rng)},
 	};
+	for (size_t i = 0; i < sizeof s->meta.run.bytes; i++)
+		s->meta.run.bytes[i] = (unsigned char)test_rand(&rng);
 	s->master = test_malloc(nparams * 4);
 	s->m = test_malloc(nparams * 4);
 	s->v = test_malloc(nparams * 4);
@@ -180,7 +185,8 @@ static int meta_equal(const struct dos_checkpoint_meta *a, const struct dos_chec
 	       memcmp(&a->loss_scale, &b->loss_scale, 8) == 0 && a->good_steps == b->good_steps && a->seed == b->seed &&
 	       a->data_rng == b->data_rng && a->hp.mode == b->hp.mode && memcmp(&a->hp.lr, &b->hp.lr, 8) == 0 &&
 	       memcmp(&a->hp.beta1, &b->hp.beta1, 8) == 0 && memcmp(&a->hp.beta2, &b->hp.beta2, 8) == 0 &&
-	       memcmp(&a->hp.eps, &b->hp.eps, 8) == 0 && memcmp(&a->hp.weight_decay, &b->hp.weight_decay, 8) == 0;
+	       memcmp(&a->hp.eps, &b->hp.eps, 8) == 0 && memcmp(&a->hp.weight_decay, &b->hp.weight_decay, 8) == 0 &&
+	       _dos_run_id_equal(&a->run, &b->run);
 }
 
 /* Checks the stored CRCs against the reference CRC32C and the file's length. */
@@ -189,7 +195,7 @@ static void check_file_crcs(const char *path, const struct state *s)
 	size_t len;
 	unsigned char *f = read_whole(path, &len);
 	uint64_t n = s->meta.nparams;
-	size_t header_len = 164 + 8 * (size_t)s->meta.ntensors, section = 20 + 4 * n;
+	size_t header_len = 180 + 8 * (size_t)s->meta.ntensors, section = 20 + 4 * n;
 	CHECK(len == header_len + 3 * section, "%s: %zu bytes, expected %zu", path, len, header_len + 3 * section);
 	CHECK(memcmp(f, "DOSCKPT", 8) == 0, "%s: magic", path);
 	CHECK(get32(f, 16) == header_len, "%s: header_len %u", path, get32(f, 16));
@@ -319,7 +325,7 @@ static void refusals_group(const char *dir)
 	FORMAT(bad, "%s/bad.dos", dir);
 	size_t len;
 	unsigned char *base = read_whole(good, &len);
-	const size_t header_len = 164 + 8 * 3, section = 20 + 4 * n;
+	const size_t header_len = 180 + 8 * 3, section = 20 + 4 * n;
 	CHECK(len == header_len + 3 * section, "file of %zu bytes", len);
 	struct dest d = {.n = n, .master = test_malloc(n * 4), .m = test_malloc(n * 4), .v = test_malloc(n * 4)};
 	const struct dos_checkpoint_meta *expect = &s.meta;
@@ -409,12 +415,16 @@ static void refusals_group(const char *dir)
 	write_whole(bad, "", 0);
 	expect_refusal(bad, expect, &d, -EIO, "truncated: 0 bytes");
 
-	/* version 3, header re-CRCed so that only the version differs */
+	/* versions 4 and 1, header re-CRCed so that only the version differs */
 	memcpy(f, base, len);
-	put32(f, 8, 3);
+	put32(f, 8, 4);
 	put32(f, header_len - 4, ref_crc32c(f, header_len - 4));
 	write_whole(bad, f, len);
-	expect_refusal(bad, expect, &d, -EINVAL, "version 3, this program reads version 2");
+	expect_refusal(bad, expect, &d, -EINVAL, "version 4, this program reads versions 2 to 3");
+	put32(f, 8, 1);
+	put32(f, header_len - 4, ref_crc32c(f, header_len - 4));
+	write_whole(bad, f, len);
+	expect_refusal(bad, expect, &d, -EINVAL, "version 1, this program reads versions 2 to 3");
 
 	/* the other byte order's marker, re-CRCed too, so that the marker alone refuses it */
 	memcpy(f, base, len);
@@ -436,7 +446,8 @@ static void refusals_group(const char *dir)
 	write_whole(bad, f, len + 4096);
 	expect_refusal(bad, expect, &d, -EIO, "trailing garbage");
 	free(f);
-	printf("checkpoint: wrong magic, version 3, other byte order, trailing garbage: refused, nothing written\n");
+	printf("checkpoint: wrong magic, versions 4 and 1, other byte order, trailing garbage: refused, nothing "
+	       "written\n");
 
 	/* another model */
 	struct dos_checkpoint_meta other = s.meta;
@@ -865,6 +876,233 @@ static void shards_group(const char *dir)
 	free_state(&other);
 }
 
+/* ---- the previous format versions ------------------------------------------------------- */
+
+/* A version 2 file of the version 3 one `v3`: no identity (numel at 160), re-CRCed. */
+static unsigned char *to_version_2(const unsigned char *v3, size_t len, uint32_t ntensors, size_t *out_len)
+{
+	size_t header3 = 180 + 8 * (size_t)ntensors, header2 = header3 - 16;
+	unsigned char *v2 = test_malloc(len - 16);
+	memcpy(v2, v3, 160);
+	memcpy(v2 + 160, v3 + 176, len - 176);
+	put32(v2, 8, 2);
+	put32(v2, 16, (uint32_t)header2);
+	put32(v2, header2 - 4, ref_crc32c(v2, header2 - 4));
+	*out_len = len - 16;
+	return v2;
+}
+
+static void versions_group(const char *dir)
+{
+	struct state s;
+	make_state(&s, 5000, 3, 21);
+	s.meta.steps_done = 8;
+	char path[4096], old[4096];
+	save_ok(dir, &s, 2, path, sizeof path);
+	size_t len, len2;
+	unsigned char *v3 = read_whole(path, &len);
+	unsigned char *v2 = to_version_2(v3, len, 3, &len2);
+	FORMAT(old, "%s/checkpoint-2.dos", dir);
+	write_whole(old, v2, len2);
+	/* read: the same arrays and meta, the run unknown */
+	struct dos_checkpoint_meta expect = s.meta, got;
+	float *master = test_malloc(5000 * 4), *m = test_malloc(5000 * 4), *v = test_malloc(5000 * 4);
+	CHECK(_dos_checkpoint_load(old, &expect, &got, master, m, v) == 0, "version 2: %s", dos_last_error());
+	CHECK(!memcmp(master, s.master, 5000 * 4) && !memcmp(v, s.v, 5000 * 4), "version 2: arrays differ");
+	CHECK(!_dos_run_id_known(&got.run) && got.steps_done == 8 && got.step == s.meta.step,
+	      "version 2: meta (run known %d, steps_done %" PRIu64 ")", _dos_run_id_known(&got.run), got.steps_done);
+	/* and still refused when damaged */
+	v2[200] ^= 4;
+	write_whole(old, v2, len2);
+	CHECK(_dos_checkpoint_load(old, &expect, &got, master, m, v) == -EIO, "a damaged version 2 file loaded");
+	printf("checkpoint: version 2 files (no identity) load bit-identical, the run unknown; damaged ones are "
+	       "refused\n");
+	free(v3);
+	free(v2);
+	free(master);
+	free(m);
+	free(v);
+	remove(old);
+	remove(path);
+	free_state(&s);
+}
+
+/* ---- folders: one run, one process -------------------------------------------------------- */
+
+/* A resume's loader: the whole state into the arrays, as a run's optimizer would. */
+struct load_into {
+	const struct dos_checkpoint_meta *expect;
+	struct dos_checkpoint_meta *got;
+	float *master, *m, *v;
+	uint64_t n;
+};
+
+static int load_into(void *arg, const char *path)
+{
+	struct load_into *l = arg;
+	return _dos_checkpoint_load_range(path, l->expect, 0, l->n, l->got, l->master, l->m, l->v);
+}
+
+static void skipped_count(void *arg, const char *path, const char *why)
+{
+	CHECK(path && why && *why, "skipped without a path or a reason");
+	(*(int *)arg)++;
+}
+
+static void folders_group(const char *top)
+{
+	char dir[4096], path[4096], name[4200], listing[4096];
+	struct _dos_checkpoint_folder f = DOS_CHECKPOINT_FOLDER_INIT, g;
+	/* created with its parents; a file in the way is refused */
+	FORMAT(dir, "%s/a/b/c", top);
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "take %s: %s", dir, dos_last_error());
+	_dos_checkpoint_folder_release(&f);
+	FORMAT(name, "%s/a/file", top);
+	write_whole(name, "x", 1);
+	FORMAT(path, "%s/a/file/d", top);
+	CHECK(_dos_checkpoint_folder_take(&f, path, 1) == -ENOTDIR && strstr(dos_last_error(), "not a folder"),
+	      "a folder under a file: %s", dos_last_error());
+	CHECK(f.dir == NULL && f.lock_fd == -1, "a refused take left the folder set");
+
+	/* the lock: another process holding it is named; it goes when that process dies */
+	int ready[2], go[2];
+	CHECK(pipe(ready) == 0 && pipe(go) == 0, "pipe");
+	pid_t child = fork();
+	CHECK(child >= 0, "fork");
+	if (child == 0) {
+		char c = 0;
+		struct _dos_checkpoint_folder mine;
+		int ok = _dos_checkpoint_folder_take(&mine, dir, 1) == 0;
+		if (write(ready[1], &ok, sizeof ok) != (ssize_t)sizeof ok || read(go[0], &c, 1) < 0)
+			_exit(2);
+		pause(); /* until killed: the kernel, not the program, must release the lock */
+		_exit(0);
+	}
+	int ok = 0;
+	CHECK(read(ready[0], &ok, sizeof ok) == (ssize_t)sizeof ok && ok, "the child could not take %s", dir);
+	char holder[64];
+	FORMAT(holder, "pid %ld on", (long)child);
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == -EBUSY && strstr(dos_last_error(), holder) &&
+		      strstr(dos_last_error(), dir),
+	      "a folder held by pid %ld: %s", (long)child, dos_last_error());
+	CHECK(write(go[1], "x", 1) == 1, "pipe");
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	close(ready[0]), close(ready[1]), close(go[0]), close(go[1]);
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "after SIGKILL of its holder: %s", dos_last_error());
+	/* a second taker in this process too (two optimizers) */
+	CHECK(_dos_checkpoint_folder_take(&g, dir, 1) == -EBUSY && strstr(dos_last_error(), "this process"),
+	      "a second take in one process: %s", dos_last_error());
+
+	/* a fresh run claims an empty folder; its saves carry its identity */
+	struct state s, other;
+	make_state(&s, 3000, 2, 31);
+	make_state(&other, 3000, 2, 32);
+	other.meta.subgroup_size = s.meta.subgroup_size;
+	other.meta.weight_dtype = s.meta.weight_dtype;
+	other.meta.grad_dtype = s.meta.grad_dtype;
+	memcpy(other.numel, s.numel, sizeof s.numel);
+	struct _dos_run_id run;
+	CHECK(_dos_run_id_new(&run) == 0 && _dos_run_id_known(&run), "_dos_run_id_new");
+	CHECK(_dos_checkpoint_folder_claim(&f, &run, 1, "ADVICE") == 0, "claim an empty folder: %s", dos_last_error());
+	s.meta.run = run;
+	for (uint64_t k = 1; k <= 3; k++) {
+		s.meta.steps_done = k;
+		CHECK(_dos_checkpoint_folder_check(&f) == 0, "check before save %" PRIu64 ": %s", k, dos_last_error());
+		save_ok(dir, &s, 2, NULL, 0);
+	}
+	/* another run's checkpoint appears: the next check refuses, naming it; retention
+	 * never deletes it */
+	other.meta.steps_done = 1;
+	save_ok(dir, &other, 1, NULL, 0);
+	CHECK(_dos_checkpoint_folder_check(&f) == -EEXIST && strstr(dos_last_error(), "checkpoint-1.dos") &&
+		      strstr(dos_last_error(), "of another run"),
+	      "check with another run's file: %s", dos_last_error());
+	s.meta.steps_done = 4;
+	save_ok(dir, &s, 1, NULL, 0);
+	list_dir(dir, listing, sizeof listing);
+	CHECK(!strcmp(listing, ".starpu-dos.lock checkpoint-1.dos checkpoint-4.dos"), "retention: %s", listing);
+	_dos_checkpoint_folder_release(&f);
+	FORMAT(name, "%s/checkpoint-1.dos", dir);
+	remove(name);
+
+	/* a fresh run refuses a folder with any checkpoint, even an unreadable one */
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
+	struct _dos_run_id fresh;
+	CHECK(_dos_run_id_new(&fresh) == 0, "_dos_run_id_new");
+	CHECK(_dos_checkpoint_folder_claim(&f, &fresh, 1, "ADVICE") == -EEXIST &&
+		      strstr(dos_last_error(), "checkpoint-4.dos") && strstr(dos_last_error(), "ADVICE"),
+	      "a fresh run in a folder with checkpoints: %s", dos_last_error());
+	_dos_checkpoint_folder_release(&f);
+
+	/* resume: past a damaged newer one, a truncated one and an empty stray, each reported;
+	 * temporaries of killed saves removed when the folder is taken */
+	s.meta.steps_done = 5;
+	save_ok(dir, &s, 3, path, sizeof path);
+	size_t len;
+	unsigned char *bytes = read_whole(path, &len);
+	bytes[len / 2] ^= 1;
+	FORMAT(name, "%s/checkpoint-6.dos", dir);
+	write_whole(name, bytes, len);
+	FORMAT(name, "%s/checkpoint-7.dos", dir);
+	write_whole(name, bytes, 100);
+	FORMAT(name, "%s/checkpoint-18446744073709551615.dos", dir);
+	write_whole(name, "", 0);
+	FORMAT(name, "%s/.checkpoint-8.dos.tmp-12345", dir);
+	write_whole(name, "half", 4);
+	FORMAT(name, "%s/.checkpoint-8.shard-0-of-2.dos.tmp-12345", dir);
+	write_whole(name, "half", 4);
+	free(bytes);
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
+	list_dir(dir, listing, sizeof listing);
+	CHECK(!strstr(listing, ".tmp-"), "temporaries left after taking the folder: %s", listing);
+	int skipped = 0;
+	struct _dos_checkpoint_search search = {.skipped = skipped_count, .arg = &skipped};
+	struct dos_checkpoint_meta got;
+	float *master = test_malloc(3000 * 4), *m = test_malloc(3000 * 4), *v = test_malloc(3000 * 4);
+	char loaded[4096];
+	struct load_into into = {&s.meta, &got, master, m, v, 3000};
+	CHECK(_dos_checkpoint_folder_resume(&f, load_into, &into, &search, "ADVICE", loaded, sizeof loaded) == 0,
+	      "resume: %s", dos_last_error());
+	CHECK(!strcmp(loaded, path) && got.steps_done == 5 && skipped == 3 && _dos_run_id_equal(&f.run, &run) &&
+		      !memcmp(master, s.master, 3000 * 4),
+	      "resumed from %s (step %" PRIu64 ", %d skipped)", loaded, got.steps_done, skipped);
+	char newest[4096];
+	CHECK(_dos_checkpoint_newest_valid(dir, NULL, newest, sizeof newest) == 0 && !strcmp(newest, path),
+	      "newest valid: %s %s", newest, dos_last_error());
+	_dos_checkpoint_folder_release(&f);
+	/* with another run's checkpoint beside them: refused before anything is loaded */
+	other.meta.steps_done = 2;
+	save_ok(dir, &other, 1, NULL, 0);
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
+	memset(master, 0, 3000 * 4);
+	CHECK(_dos_checkpoint_folder_resume(&f, load_into, &into, NULL, "ADVICE", NULL, 0) == -EEXIST &&
+		      strstr(dos_last_error(), "checkpoint-2.dos") && master[5] == 0,
+	      "resume beside another run's checkpoint: %s", dos_last_error());
+	_dos_checkpoint_folder_release(&f);
+	/* nothing that loads: every reason given */
+	FORMAT(name, "%s/checkpoint-2.dos", dir);
+	remove(name);
+	remove(path);
+	FORMAT(name, "%s/checkpoint-4.dos", dir);
+	remove(name);
+	CHECK(_dos_checkpoint_folder_take(&f, dir, 1) == 0, "%s", dos_last_error());
+	CHECK(_dos_checkpoint_folder_resume(&f, load_into, &into, NULL, "ADVICE", NULL, 0) == -ENOENT &&
+		      strstr(dos_last_error(), "none of the 3 checkpoints") &&
+		      strstr(dos_last_error(), "checkpoint-6.dos") && strstr(dos_last_error(), "corrupted"),
+	      "nothing to resume from: %s", dos_last_error());
+	_dos_checkpoint_folder_release(&f);
+	printf("checkpoint folders: created with parents; held by one process (its pid named, released by SIGKILL); a "
+	       "fresh run refuses checkpoints there, a save another run's; retention keeps other runs' files; resume "
+	       "passes damaged and stray files (each reported), refuses a folder of two runs; stale temporaries "
+	       "removed\n");
+	free(master);
+	free(m);
+	free(v);
+	free_state(&s);
+	free_state(&other);
+}
+
 static void remove_tree(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -915,6 +1153,12 @@ int main(void)
 	FORMAT(sub, "%s/shards", dir);
 	CHECK(mkdir(sub, 0755) == 0, "mkdir %s", sub);
 	shards_group(sub);
+	FORMAT(sub, "%s/versions", dir);
+	CHECK(mkdir(sub, 0755) == 0, "mkdir %s", sub);
+	versions_group(sub);
+	FORMAT(sub, "%s/folders", dir);
+	CHECK(mkdir(sub, 0755) == 0, "mkdir %s", sub);
+	folders_group(sub);
 	remove_tree(dir);
 	return 0;
 }

@@ -191,10 +191,16 @@ for round in $(seq 1 "$rounds"); do
 	mkdir "$ck"
 	ranks 2 --preset tiny --steps $steps --quiet --accumulate 1 --checkpoint-dir "$ck" --checkpoint-every 1 \
 		>/dev/null 2>&1 &
-	sleep "$(awk -v r="$round" -v k="$rounds" 'BEGIN {printf "%.3f", 1.0 + 2.0 * r / k}')"
+	# from its first whole checkpoint (a manifest: however long the job took to start),
+	# a different moment of the saves each round
+	for _ in $(seq 1 600); do
+		ls "$ck" | grep -qE '^checkpoint-[0-9]+\.dos$' && break
+		sleep 0.1
+	done
+	sleep "$(awk -v r="$round" 'BEGIN {printf "%.3f", 0.15 * r}')"
 	pkill -9 -f "dos-train.*$ck" 2>/dev/null
 	wait
-	# killed before the first checkpoint (a manifest: shards alone are not one)
+	# killed before the first save had its manifest (shards alone are no checkpoint)
 	ls "$ck" | grep -qE '^checkpoint-[0-9]+\.dos$' || continue
 	ranks 2 --preset tiny --steps $steps --quiet --accumulate 1 --checkpoint-dir "$ck" --resume \
 		--dump "$work/killed.bin" >"$work/log" 2>&1 || fail "round $round: resuming failed: $(cat "$work/log")"

@@ -12,10 +12,15 @@
  *  5. StarPU started by the API stays up while any optimizer needs it;
  *  6. the runtime version is the compiled one;
  *  7. a learning-rate schedule is the rates it reports, applied: the same bits as those
- *     rates given one by one with dos_opt_set_lr. */
+ *     rates given one by one with dos_opt_set_lr;
+ *  8. one owner each: a tensor (handle or memory) belongs to one live optimizer, and a
+ *     checkpoint folder to one run and one optimizer at a time (its lock, the run's
+ *     identity in every checkpoint, stale temporary files removed, the newest checkpoint
+ *     that verifies found past damaged ones). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dos.h"
@@ -308,13 +313,16 @@ static void refusals_with_starpu(void)
 	fclose(in);
 	fclose(out);
 	expect(dos_opt_load(opt, corrupt), -EIO, "is corrupted");
-	/* a checkpoint of another layout: same tensors, other subgroups */
+	/* a checkpoint of another layout: tensors of the same sizes, other subgroups */
 	struct dos_opt_config other = cfg;
 	other.subgroup_size = 400;
 	dos_opt_t opt2;
-	CHECK(dos_opt_create(&opt2, &other, T, a.tensors) == 0, "%s", dos_last_error());
+	struct app b;
+	app_init(&b, DOS_FP32, DOS_BF16, 0);
+	CHECK(dos_opt_create(&opt2, &other, T, b.tensors) == 0, "%s", dos_last_error());
 	expect(dos_opt_load(opt2, path), -EINVAL, "subgroup_size = 500, but the model has 400");
 	dos_opt_destroy(opt2);
+	app_free(&b);
 	CHECK(dos_opt_read_state(opt, now.master, now.m, now.v, N) == 0, "%s", dos_last_error());
 	same_state(&two, &now, "refused loads");
 	CHECK(dos_opt_get_info(opt, &info) == 0 && info.steps_submitted == 2 && info.updates_applied == 2,
@@ -333,7 +341,7 @@ static void refusals_with_starpu(void)
 	      "after a load the model's weights are not the loaded master weights");
 	unlink(corrupt);
 	unlink(path);
-	rmdir(dir);
+	test_remove_folder(dir);
 
 	dos_opt_destroy(opt);
 	dos_opt_destroy(NULL);
@@ -363,7 +371,7 @@ static void save_refuses_non_finite(void)
 	CHECK(mkdtemp(dir), "mkdtemp");
 	expect(dos_opt_save(opt, dir, 1, NULL, 0), -ERANGE, "the optimizer state is not finite: master weight");
 	CHECK(dos_opt_latest_checkpoint(dir, path, sizeof path) == -ENOENT, "a refused save wrote %s", path);
-	rmdir(dir);
+	test_remove_folder(dir);
 	dos_opt_destroy(opt);
 	app_free(&a);
 }
@@ -562,6 +570,107 @@ static void api_owned_starpu(void)
 	printf("API-owned StarPU: started by the first optimizer, stopped with the last\n");
 }
 
+/* ---- 8. one owner for each tensor and each checkpoint folder ------------------------------- */
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0, "writing %s", path);
+}
+
+static int exists(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0;
+}
+
+static void one_owner_each(void)
+{
+	struct dos_opt_config cfg = base_config();
+	struct app a, b;
+	app_init(&a, DOS_FP32, DOS_BF16, 0);
+	app_init(&b, DOS_FP32, DOS_BF16, 1);
+	dos_opt_t opt, other = NULL;
+	struct dos_opt_tensor x[T];
+	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
+
+	/* tensors: the same handles, one of them, or memory under them, in a second optimizer */
+	expect(dos_opt_create(&other, &cfg, T, a.tensors), -EBUSY, "tensors[0].weight: handle");
+	memcpy(x, b.tensors, sizeof x);
+	x[1].grad_ptr = NULL;
+	x[1].grad = a.hg[1];
+	expect(dos_opt_create(&other, &cfg, T, x), -EBUSY, "is tensors[1].grad of another live optimizer");
+	memcpy(x, b.tensors, sizeof x);
+	x[2].weight_ptr = (float *)a.w[0] + 100; /* inside a's tensor 0, given as a buffer */
+	expect(dos_opt_create(&other, &cfg, T, x), -EBUSY, "overlaps tensors[0].weight");
+	/* overlapping buffers of one optimizer: two tensors, a weight and its own gradient */
+	memcpy(x, b.tensors, sizeof x);
+	x[1].grad_ptr = (float *)b.w[0] + numel[0] - 1;
+	expect(dos_opt_create(&other, &cfg, T, x), -EINVAL, "tensors[0].weight (2800 bytes");
+	memcpy(x, b.tensors, sizeof x);
+	x[2].grad_ptr = (float *)b.w[2] + 1;
+	expect(dos_opt_create(&other, &cfg, T, x), -EINVAL, "overlap: each weight and gradient needs memory");
+	CHECK(other == NULL, "a refused create left an optimizer");
+
+	/* folders: created with their parents; the optimizer that saves holds it */
+	char top[] = "/tmp/dos-owner-XXXXXX", dir[4200], path[4200], latest[4200], junk[4300];
+	CHECK(mkdtemp(top), "mkdtemp");
+	snprintf(dir, sizeof dir, "%s/runs/one", top);
+	app_backward(&a, 0, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(opt, NULL) == 0, "%s", dos_last_error());
+	CHECK(dos_opt_save(opt, dir, 2, path, sizeof path) == 0, "save into a new folder: %s", dos_last_error());
+	CHECK(dos_opt_create(&other, &cfg, T, b.tensors) == 0, "%s", dos_last_error());
+	app_backward(&b, 0, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(other, NULL) == 0 && dos_opt_wait(other) == 0, "%s", dos_last_error());
+	expect(dos_opt_save(other, dir, 2, NULL, 0), -EBUSY, "is in use by this process");
+	/* released with its optimizer: then the folder is another run's for `other` */
+	dos_opt_destroy(opt);
+	expect(dos_opt_save(other, dir, 2, NULL, 0), -EEXIST,
+	       "holds 1 checkpoint file of another run (checkpoint-1.dos");
+	CHECK(dos_opt_latest_checkpoint(dir, latest, sizeof latest) == 0 && !strcmp(latest, path), "latest: %s",
+	      dos_last_error());
+
+	/* the newest that verifies, past damaged and stray files; stale temporaries removed
+	 * when an optimizer takes the folder */
+	snprintf(junk, sizeof junk, "%s/checkpoint-7.dos", dir);
+	write_file(junk, "DOSCKPT");
+	snprintf(junk, sizeof junk, "%s/checkpoint-18446744073709551615.dos", dir);
+	write_file(junk, "");
+	CHECK(dos_opt_latest_checkpoint(dir, latest, sizeof latest) == 0 && !strcmp(latest, path),
+	      "latest past damaged files: %s (%s)", latest, dos_last_error());
+	snprintf(junk, sizeof junk, "%s/.checkpoint-5.dos.tmp-99999", dir);
+	write_file(junk, "half a save");
+	/* `other` continues the run it loads: its saves go into that run's folder */
+	CHECK(dos_opt_load(other, latest) == 0, "%s", dos_last_error());
+	app_backward(&b, 1, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(other, NULL) == 0, "%s", dos_last_error());
+	CHECK(dos_opt_save(other, dir, 2, path, sizeof path) == 0 && strstr(path, "checkpoint-2.dos"),
+	      "save after loading the folder's run: %s", dos_last_error());
+	CHECK(!exists(junk), "the temporary file of a killed save is still there");
+	snprintf(junk, sizeof junk, "%s/checkpoint-7.dos", dir);
+	CHECK(exists(junk), "retention removed a file it cannot read (%s)", junk);
+	dos_opt_destroy(other);
+
+	/* a fresh optimizer refuses a folder holding checkpoint files it cannot read */
+	char bare[4200];
+	snprintf(bare, sizeof bare, "%s/runs/bare", top);
+	CHECK(mkdir(bare, 0755) == 0, "mkdir %s", bare);
+	snprintf(junk, sizeof junk, "%s/checkpoint-3.dos", bare);
+	write_file(junk, "not a checkpoint");
+	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
+	app_backward(&a, 0, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(opt, NULL) == 0, "%s", dos_last_error());
+	expect(dos_opt_save(opt, bare, 2, NULL, 0), -EEXIST, "1 checkpoint file that cannot be read (checkpoint-3.dos");
+	dos_opt_destroy(opt);
+	char cmd[4300];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", top);
+	CHECK(system(cmd) == 0, "%s", cmd);
+	app_free(&a);
+	app_free(&b);
+	printf("one owner each: tensors shared with a live optimizer or overlapping refused; a checkpoint folder held "
+	       "by one optimizer, of one run, stale temporaries removed, damaged checkpoints passed over\n");
+}
+
 int main(void)
 {
 	CHECK(dos_version_number() == DOS_VERSION_NUMBER && !strcmp(dos_version_string(), DOS_VERSION_STRING) &&
@@ -577,6 +686,7 @@ int main(void)
 		return TEST_SKIP;
 	CHECK(ret == 0, "starpu_init: %d", ret);
 	refusals_with_starpu();
+	one_owner_each();
 	save_refuses_non_finite();
 	sixteen_bit_and_buffers();
 	clipping_and_loss_scaling();

@@ -2,8 +2,8 @@
  * callback the task already had still runs (after recording) and is given back, each worker
  * has a labelled row, a bar takes the colour of the phase its task was watched with (a
  * task that is not ours, that of its name), names are escaped, a reset forgets
- * everything, and bad arguments are refused. Set TEST_TIMELINE_KEEP=FILE.svg to keep the
- * picture. */
+ * everything, bad arguments are refused, and the phase rows show updates running while
+ * backward runs. Set TEST_TIMELINE_KEEP=FILE.svg to keep the picture. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -20,14 +20,38 @@ static struct dos_timeline *timeline;
 static atomic_int own_callback_calls;
 static atomic_size_t events_seen_by_callback;
 
-/* Spins ~200 us so that bars have a visible width. */
+/* What a task of the phase check does beside spinning (cl_arg): a backward task runs
+ * until the updates beside it have ended, and those start once it runs, so that they
+ * overlap however the workers are scheduled (each wait gives up after 10 s). */
+struct spin {
+	double us;
+	enum { ALONE, BACKWARD, BESIDE_BACKWARD } role;
+};
+static atomic_int backward_running, updates_beside_done;
+
+static void wait_for(atomic_int *flag, int value)
+{
+	double give_up = starpu_timing_now() + 1e7;
+	while (atomic_load(flag) < value && starpu_timing_now() < give_up)
+		;
+}
+
+/* Spins ~200 us (or cl_arg's microseconds) so that bars have a visible width. */
 static void spin_cpu(void *buffers[], void *cl_arg)
 {
 	(void)buffers;
-	(void)cl_arg;
-	double until = starpu_timing_now() + 200.0;
+	const struct spin *s = cl_arg;
+	if (s && s->role == BACKWARD)
+		atomic_store(&backward_running, 1);
+	if (s && s->role == BESIDE_BACKWARD)
+		wait_for(&backward_running, 1);
+	double until = starpu_timing_now() + (s ? s->us : 200.0);
 	while (starpu_timing_now() < until)
 		;
+	if (s && s->role == BESIDE_BACKWARD)
+		atomic_fetch_add(&updates_beside_done, 1);
+	if (s && s->role == BACKWARD)
+		wait_for(&updates_beside_done, 2);
 }
 
 /* A fixed cost rather than a calibrated model, so that a SimGrid build of StarPU (which
@@ -247,6 +271,43 @@ int main(void)
 	      count(svg, "<title>"), nworkers);
 	check_well_formed(path);
 	free(svg);
+
+	/* Phases: a backward task running while two updates of 2 ms run beside it, and one
+	 * update after it: part of the updates' time (about two thirds) overlaps backward,
+	 * drawn on its own row (with two workers at least: four are asked for above) */
+	dos_timeline_reset(timeline);
+	static struct spin backward = {1000, BACKWARD}, beside = {2000, BESIDE_BACKWARD}, after = {2000, ALONE};
+	struct starpu_task *bwd = spin_task();
+	bwd->name = "dos_linear_bwd_data";
+	bwd->cl_arg = &backward;
+	submit_watched(bwd);
+	for (int i = 0; i < 2; i++) {
+		struct starpu_task *adam = spin_task();
+		adam->name = "dos_adam";
+		adam->cl_arg = &beside;
+		submit_watched(adam);
+	}
+	starpu_task_wait_for_all();
+	struct starpu_task *late = spin_task();
+	late->name = "dos_adam";
+	late->cl_arg = &after;
+	submit_watched(late);
+	starpu_task_wait_for_all();
+	CHECK(dos_timeline_write_svg(timeline, path, "phases") == 0, "write_svg of the phases");
+	svg = slurp(path);
+	const char *ran = strstr(svg, "optimizer updates: 3 tasks over ");
+	double busy_ms = 0, during = -1;
+	CHECK(ran && sscanf(ran, "optimizer updates: 3 tasks over %lf ms, %lf%% of that while backward still ran",
+			    &busy_ms, &during) == 2,
+	      "no phase summary: %.200s", ran ? ran : "(none)");
+	CHECK(during > 0 && during < 100 && busy_ms >= 6,
+	      "updates over %g ms, %g%% during backward: expected at least 6 ms, part of it (not the last update) "
+	      "during backward",
+	      busy_ms, during);
+	CHECK(strstr(svg, ">updates</text>") && strstr(svg, ">backward</text>"), "no phase rows");
+	check_well_formed(path);
+	free(svg);
+	dos_timeline_reset(timeline);
 
 	struct starpu_task *odd = spin_task();
 	odd->name = "odd <name> & 'quotes' \x01";

@@ -226,8 +226,14 @@ expect_refusal "after step 2 the optimizer state is not finite: master weight, A
 	fail "a non-finite state at step 2: checkpoints $(ls "$work/nan")"
 echo "bad options: 24 refused with the option and value named; a non-finite state reported at its step, not saved"
 # ---- 7. outputs: --plot writes a picture, --trace an FxT trace ---------------------------
-$train --preset tiny --steps 3 --quiet --plot "$work/last.svg" >"$work/log" 2>&1 || fail "--plot run failed: $(cat "$work/log")"
+# the last training iteration, with its phase rows; the held-out evaluation after it is
+# not drawn
+$train --preset tiny --steps 10 --eval-every 5 --quiet --plot "$work/last.svg" >"$work/log" 2>&1 ||
+	fail "--plot run failed: $(cat "$work/log")"
 grep -q '<svg' "$work/last.svg" && grep -q 'dos_adam' "$work/last.svg" || fail "--plot wrote no picture of the updates"
+grep -q 'optimizer updates: 9 tasks over .* while backward still ran' "$work/last.svg" &&
+	grep -q '>updates</text>' "$work/last.svg" || fail "--plot: no phase rows for the updates"
+grep -q '<title>dos_eval' "$work/last.svg" && fail "--plot drew the held-out evaluation"
 if $train --preset tiny --steps 3 --quiet --trace "$work/trace" >"$work/log" 2>&1; then
 	[ -s "$(ls "$work"/trace/prof_file_* 2>/dev/null | head -n 1)" ] || fail "--trace wrote no FxT file in $work/trace"
 	echo "outputs: --plot picture with the updates, --trace FxT file"

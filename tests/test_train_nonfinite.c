@@ -131,6 +131,6 @@ int main(void)
 	    "after step 3 the optimizer state is not finite: master weight, Adam m of subgroup 0 (parameters 0 to "
 	    "3999)");
 	starpu_shutdown();
-	rmdir(dir);
+	test_remove_folder(dir);
 	return 0;
 }

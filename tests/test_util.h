@@ -103,4 +103,14 @@ static inline float *test_nan_floats(size_t count)
 	return p;
 }
 
+/* Removes an empty checkpoint folder, and the lock file a run that took it left there
+ * (graph/checkpoint.h). */
+static inline void test_remove_folder(const char *dir)
+{
+	char lock[4200];
+	snprintf(lock, sizeof lock, "%s/.starpu-dos.lock", dir);
+	remove(lock);
+	remove(dir);
+}
+
 #endif /* DOS_TEST_UTIL_H */

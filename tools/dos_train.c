@@ -4,45 +4,91 @@
  * for a few hundred steps; see --help. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench.h"
 #include "config.h"
 #include "dos.h"
+#include "errors.h"
+#include "files.h"
 #include "timeline.h"
 #include "train.h"
 #include "train_options.h"
 
-/* where `make install` puts data/corpus.txt and sched/machines/ (Makefile.am: pkgdatadir) */
+/* where `make install` puts data/corpus.txt and sched/machines/ (Makefile.am: pkgdatadir)
+ * and the program itself (bindir), as configured */
 #ifndef DOS_DATA_DIR
 #define DOS_DATA_DIR "."
 #endif
+#ifndef DOS_BIN_DIR
+#define DOS_BIN_DIR "."
+#endif
 
-/* A file or folder shipped at `rel` in the source tree and installed at `installed`:
- * under DOS_SOURCE_DIR when that is set; else the checkout's own, when the program runs
- * uninstalled from the source tree or one of its build folders (tests, demos); else the
- * installed one, so that an installed dos-train never needs the source tree. */
+/* The configured data folder relative to the configured program folder ("../share/
+ * starpu-dos" by default), so that an installation moved as a whole, or made with
+ * `make install prefix=...`, finds its data next to its program. */
+static void data_dir_from_bin_dir(char *rel, size_t size)
+{
+	const char *bin = DOS_BIN_DIR, *data = DOS_DATA_DIR;
+	size_t common = 0; /* where their common leading folders end */
+	for (size_t i = 0;; i++) {
+		if ((bin[i] == '/' || !bin[i]) && (data[i] == '/' || !data[i]))
+			common = i;
+		if (!bin[i] || bin[i] != data[i])
+			break;
+	}
+	size_t len = (size_t)snprintf(rel, size, ".");
+	for (const char *p = bin + common; *p && len < size; p++) /* ".." per folder of bin below them */
+		if (*p == '/' && p[1] && p[1] != '/')
+			len += (size_t)snprintf(rel + len, size - len, "/..");
+	if (len < size)
+		snprintf(rel + len, size - len, "%s", data + common);
+}
+
+/* A file or folder shipped at `rel` in the source tree and installed at `installed`
+ * (under the data folder). An installed dos-train reads the installed one, found next to
+ * the program (the working folder never matters). An uninstalled one (run from a build
+ * folder) reads DOS_SOURCE_DIR's when that is set, else the one of the source tree its
+ * build folder lies in (found from the program's own location), else the installed one
+ * at its configured place. */
 static const char *shipped_path(const char *rel, const char *installed, char *buf, size_t size)
 {
+	char exe[4096], rel_data[1024];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	char *slash = n > 0 ? (exe[n] = 0, strrchr(exe, '/')) : NULL;
+	if (slash) {
+		*slash = 0; /* the program's folder */
+		data_dir_from_bin_dir(rel_data, sizeof rel_data);
+		char found[PATH_MAX];
+		if ((size_t)snprintf(buf, size, "%s/%s/%s", exe, rel_data, installed) < size &&
+		    access(buf, R_OK) == 0 && realpath(buf, found) && strlen(found) < size) /* without the "/./../" */
+			return strcpy(buf, found);
+	}
 	const char *srcdir = getenv("DOS_SOURCE_DIR");
 	if (srcdir && *srcdir) {
 		snprintf(buf, size, "%s/%s", srcdir, rel);
 		return buf;
 	}
-	const char *parents[] = {"", "../"};
-	for (size_t i = 0; i < sizeof parents / sizeof *parents; i++) {
-		snprintf(buf, size, "%s%s", parents[i], rel);
-		if (access(buf, R_OK) == 0)
+	/* build/.libs/dos-train, build/dos-train, a VPATH build's _build/sub/.libs/dos-train */
+	for (int up = 1; slash && up <= 4; up++) {
+		char *parent = strrchr(exe, '/');
+		if (!parent)
+			break;
+		*parent = 0;
+		if ((size_t)snprintf(buf, size, "%s/%s", exe, rel) < size && access(buf, R_OK) == 0)
 			return buf;
 	}
-	return installed;
+	snprintf(buf, size, "%s/%s", DOS_DATA_DIR, installed);
+	return buf;
 }
 
 /* ---- one voice: rank 0 reports the job ----------------------------------------------- */
@@ -85,7 +131,7 @@ static const char *machines_dir(void)
 {
 	static char path[4096];
 	const char *env = getenv("DOS_MACHINES_DIR");
-	return env && *env ? env : shipped_path("sched/machines", DOS_DATA_DIR "/machines", path, sizeof path);
+	return env && *env ? env : shipped_path("sched/machines", "machines", path, sizeof path);
 }
 
 static void set_default(const char *name, const char *value)
@@ -202,6 +248,8 @@ static int by_start(const void *a, const void *b)
 /* Updates that started while some backward task was running. */
 static size_t updates_during_backward(struct intervals *backward, struct intervals *updates)
 {
+	if (backward->n == 0) /* none recorded (a resumed run with nothing left to do): qsort wants an array */
+		return 0;
 	qsort(backward->at, backward->n, sizeof *backward->at, by_start);
 	for (size_t i = 1; i < backward->n; i++) /* end becomes the running maximum */
 		backward->at[i][1] = fmax(backward->at[i][1], backward->at[i - 1][1]);
@@ -303,7 +351,9 @@ static void watch_task(void *arg, struct starpu_task *task, enum _dos_task_phase
 		task->callback_func = account_task;
 		task->callback_arg = w;
 	}
-	if (acc->timeline)
+	/* the picture is of the training iteration: the held-out evaluation after it is not
+	 * drawn */
+	if (acc->timeline && phase != DOS_TASK_EVALUATION)
 		dos_timeline_watch(acc->timeline, task, phase);
 }
 
@@ -428,7 +478,7 @@ static void print_gradient_tail(const struct accounting *acc, uint64_t steps, co
 static const char *default_data_path(void)
 {
 	static char path[4096];
-	return shipped_path("data/corpus.txt", DOS_DATA_DIR "/corpus.txt", path, sizeof path);
+	return shipped_path("data/corpus.txt", "corpus.txt", path, sizeof path);
 }
 
 /* The final master, m, v and working weights, params floats each, one after the other.
@@ -498,6 +548,274 @@ static void shutdown_runtime(const struct dos_data_parallel *dp)
 		starpu_shutdown();
 }
 
+/* ---- before StarPU: every file the run reads or writes ---------------------------------- */
+
+/* Whether `path` ends in ".svg" (any case): --plot draws SVG and nothing else. */
+static int has_svg_extension(const char *path)
+{
+	size_t len = strlen(path);
+	return len > 4 && strcasecmp(path + len - 4, ".svg") == 0;
+}
+
+/* The training text: a regular file (a FIFO would block the read, a folder fail late). */
+static int check_data_file(const char *path, int given)
+{
+	struct stat st;
+	if (stat(path, &st) != 0) {
+		if (!given && errno == ENOENT)
+			fprintf(stderr,
+				"dos-train: the bundled corpus is not at %s: this dos-train is neither installed nor "
+				"run "
+				"from a build folder inside its source tree; give the training text with --data FILE, "
+				"or "
+				"the source tree with DOS_SOURCE_DIR=DIR\n",
+				path);
+		else
+			fprintf(stderr, "dos-train: --data %s: %s\n", path, strerror(errno));
+		return 2;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		fprintf(stderr, "dos-train: --data %s: not a regular file (%s): give the training text as a file\n",
+			path,
+			S_ISDIR(st.st_mode)    ? "a folder"
+			: S_ISFIFO(st.st_mode) ? "a FIFO, which would block until something writes into it"
+					       : "a device or socket");
+		return 2;
+	}
+	return 0;
+}
+
+/* A folder the run writes into: created with its parents, and it must take new files. */
+static int check_output_folder(const char *option, const char *path)
+{
+	char why[700];
+	if (_dos_make_folder(path, why, sizeof why) || _dos_check_writable_folder(path, why, sizeof why)) {
+		fprintf(stderr, "dos-train: %s %s: %s\n", option, path, why);
+		return 2;
+	}
+	return 0;
+}
+
+static int check_output_file(const char *option, const char *path)
+{
+	char why[700];
+	if (_dos_check_output_file(path, why, sizeof why)) {
+		fprintf(stderr, "dos-train: %s '%s': %s\n", option, path, why);
+		return 2;
+	}
+	return 0;
+}
+
+/* Checks the data and every output before StarPU starts, so that a bad path is refused at
+ * once, naming the option and the path, instead of after the training: the data file,
+ * --plot (an SVG file), --dump, --trace and --checkpoint-dir (folders, created with their
+ * parents when missing). Sets the default data path. Returns 0, or 2 after a message. */
+static int check_files(struct train_options *o)
+{
+	struct dos_train_config *cfg = &o->cfg;
+	int given = cfg->data_path != NULL;
+	if (!given)
+		cfg->data_path = default_data_path();
+	if (check_data_file(cfg->data_path, given))
+		return 2;
+	if (o->plot && *o->plot && !has_svg_extension(o->plot)) {
+		fprintf(stderr, "dos-train: --plot '%s': the picture is SVG; give a file name ending in .svg\n",
+			o->plot);
+		return 2;
+	}
+	if ((o->plot && check_output_file("--plot", o->plot)) || (o->dump && check_output_file("--dump", o->dump)))
+		return 2;
+	if (o->trace) {
+#ifndef STARPU_USE_FXT
+		fprintf(stderr, "dos-train: --trace %s: this StarPU was built without FxT (configure --with-fxt)\n",
+			o->trace);
+		return 2;
+#endif
+		if (check_output_folder("--trace", o->trace))
+			return 2;
+	}
+	if (cfg->checkpoint_dir && check_output_folder("--checkpoint-dir", cfg->checkpoint_dir))
+		return 2;
+	return 0;
+}
+
+/* ---- StarPU, and the policy that really runs ------------------------------------------- */
+
+static void list_policies(FILE *f)
+{
+	fprintf(f, "dos, all-cpu, stride, resident (ours)");
+	for (struct starpu_sched_policy **p = starpu_sched_get_predefined_policies(); *p; p++)
+		fprintf(f, ", %s", (*p)->policy_name);
+}
+
+/* Starts StarPU (or StarPU-MPI, under mpirun or srun) with the policy asked for: --policy,
+ * or STARPU_SCHED, which overrides it (and may name ours too), and, with --trace, FxT
+ * writing into its folder. StarPU runs its default policy when it does not know the name:
+ * such a name is refused, naming where it came from. Returns 0 (*running: the policy's
+ * name), 1 (StarPU did not start) or 2 (bad usage), after a message. */
+static int start_starpu(struct train_options *o, int *argc, char ***argv, struct dos_rank_binding *binding,
+			const char **running)
+{
+	struct dos_train_config *cfg = &o->cfg;
+	if (o->trace) {
+		char prefix[4096];
+		snprintf(prefix, sizeof prefix, "%s/", o->trace);
+		setenv("STARPU_FXT_PREFIX", prefix, 1);
+		setenv("STARPU_FXT_TRACE", "1", 1);
+	}
+	const char *env = getenv("STARPU_SCHED");
+	const char *requested = env && *env ? env : o->policy, *source = env && *env ? "STARPU_SCHED" : "--policy";
+	struct starpu_sched_policy *ours = dos_sched_policy(requested);
+	if (ours && env) /* StarPU would look the name up among its own policies, and not find it */
+		unsetenv("STARPU_SCHED");
+	struct starpu_conf conf;
+	starpu_conf_init(&conf);
+	if (ours)
+		conf.sched_policy = ours;
+	else
+		conf.sched_policy_name = requested;
+	/* under mpirun or srun: a data-parallel job over StarPU-MPI, one rank per process */
+	int err, launched = _dos_dp_launched() && (!o->simulate || _dos_dp_available());
+	if (launched && !_dos_dp_available()) {
+		fprintf(stderr, "dos-train: launched by mpirun or srun, but built without StarPU-MPI: each process "
+				"would train alone; rebuild with MPI (configure --with-mpi)\n");
+		return 2;
+	}
+	err = launched ? _dos_dp_init(argc, argv, &conf, &cfg->dp, binding) : starpu_init(&conf);
+	if (err) {
+		char why[900];
+		fprintf(stderr, "dos-train: %s\n",
+			launched ? dos_last_error() : _dos_starpu_init_explained(err, "starpu_init", why, sizeof why));
+		return 1;
+	}
+	struct starpu_sched_policy *policy = starpu_sched_get_sched_policy();
+	*running = policy && policy->policy_name ? policy->policy_name : "?";
+	if (strcmp(*running, requested) != 0) {
+		fprintf(stderr,
+			"dos-train: %s = '%s': not one of ours nor a StarPU policy (StarPU would run '%s' instead); "
+			"known: ",
+			source, requested, *running);
+		list_policies(stderr);
+		fprintf(stderr, "\n");
+		shutdown_runtime(&cfg->dp);
+		return 2;
+	}
+	starpu_cublas_init();
+	return 0;
+}
+
+/* ---- the run ----------------------------------------------------------------------------- */
+
+static void checkpoint_skipped(void *arg, const char *path, const char *why)
+{
+	(void)arg;
+	fprintf(stderr, "dos-train: --resume: skipping %s: %s\n", path, why);
+}
+
+/* The job's header: each rank's share of a data-parallel job, then (rank 0 alone: the
+ * others are silenced here, *quiet set when that fails) the model, the batch, the policy
+ * that runs, the workers. */
+static void print_header(const struct train_options *o, const struct dos_train_config *cfg, const char *running,
+			 const struct dos_rank_binding *binding, int *quiet)
+{
+	uint64_t params = o->params;
+	int ranks = _dos_dp_size(&cfg->dp);
+	unsigned ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
+	unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
+	if (ranks > 1) /* before the job's header, which rank 0 prints */
+		print_rank_share(cfg, params, ncpu, ncuda, binding);
+	if (cfg->dp.rank != 0 && !silence_stdout()) /* rank 0 reports the job */
+		*quiet = 1;
+	printf("dos-train: %s model (V %u, hidden %u, heads %u, FFN %u, layers %u, seq %u): %.3g M parameters, "
+	       "%llu subgroups of %llu\n",
+	       o->preset->name, cfg->shape.vocab, cfg->shape.hidden, cfg->shape.heads, cfg->shape.ffn,
+	       cfg->shape.layers, cfg->shape.seq_len, params / 1e6,
+	       (unsigned long long)((params + cfg->opt.subgroup_size - 1) / cfg->opt.subgroup_size),
+	       (unsigned long long)cfg->opt.subgroup_size);
+	printf("dos-train: %llu steps of %u x %u sequences%s, %s, policy %s, %u CPU + %u CUDA workers, data %s\n",
+	       (unsigned long long)cfg->steps, cfg->accumulation * ranks, cfg->micro_batch,
+	       ranks == 1                           ? ""
+	       : cfg->dp.exchange == DOS_DP_SCATTER ? " (the global batch, exchanged by scatter)"
+						    : " (the global batch, exchanged by chain)",
+	       o->precision, running, ncpu, ncuda, cfg->data_path);
+	/* what mixed precision saves: 16-bit activations are half of fp32's */
+	uint64_t act_bytes = _dos_model_activation_bytes(&cfg->shape, cfg->micro_batch, cfg->opt.weight_dtype,
+							 cfg->checkpoint_activations);
+	printf("dos-train: model computes in %s: activations %llu bytes (%.1f MiB) per micro-batch at their peak\n",
+	       dos_dtype_name(cfg->opt.weight_dtype), (unsigned long long)act_bytes, act_bytes / 1048576.0);
+	fflush(stdout);
+}
+
+#ifdef STARPU_SIMGRID
+#define CLOCK " simulated"
+#else
+#define CLOCK ""
+#endif
+
+/* The summary of a finished run: losses, times, where the updates ran. */
+static void print_summary(const struct train_options *o, const struct dos_train_config *cfg,
+			  const struct dos_train_output *out, struct progress *pr, struct accounting *acc)
+{
+	int ranks = _dos_dp_size(&cfg->dp);
+	uint64_t steps_run = cfg->steps > out->resumed_from ? cfg->steps - out->resumed_from : 0;
+	if (out->resumed_from)
+		printf("dos-train: resumed after step %llu from %s\n", (unsigned long long)out->resumed_from,
+		       out->resumed_path);
+	uint64_t tokens = steps_run * (uint64_t)cfg->accumulation * ranks * cfg->micro_batch * cfg->shape.seq_len;
+	for (int p = 0; p < DOS_TASK_PHASES; p++) /* the job's, over every rank's workers */
+		acc->busy[p] = _dos_dp_sum(acc->busy[p]);
+	acc->updates_cpu = (uint64_t)_dos_dp_sum((double)acc->updates_cpu);
+	acc->updates_gpu = (uint64_t)_dos_dp_sum((double)acc->updates_gpu);
+	for (int g = 0; g < 2; g++) {
+		acc->product_flops[g] = _dos_dp_sum(acc->product_flops[g]);
+		acc->product_seconds[g] = _dos_dp_sum(acc->product_seconds[g]);
+	}
+	if (steps_run == 0) {
+		printf("summary: nothing to do: the checkpoint is at step %llu, --steps is %llu\n",
+		       (unsigned long long)out->resumed_from, (unsigned long long)cfg->steps);
+	} else if (isnan(pr->first_loss)) {
+		printf("summary: %llu steps (%llu skipped) in %.3f" CLOCK " s (%.3f s per step), %.0f tokens/s; no "
+		       "losses (no task body runs in simulation)\n",
+		       (unsigned long long)steps_run, (unsigned long long)out->skipped_steps, out->seconds,
+		       out->seconds / (double)steps_run, tokens / out->seconds);
+	} else {
+		printf("summary: loss %.4f -> %.4f over %llu steps (%llu skipped), %.1f" CLOCK " s, %.0f tokens/s\n",
+		       pr->first_loss, pr->last_loss, (unsigned long long)steps_run,
+		       (unsigned long long)out->skipped_steps, out->seconds, tokens / out->seconds);
+		uint64_t window = pr->seen < LOSS_WINDOW ? pr->seen : LOSS_WINDOW;
+		double recent_sum = 0;
+		for (uint64_t i = 0; i < window; i++)
+			recent_sum += pr->recent[i];
+		printf("summary: mean loss of the first %llu steps %.4f, of the last %llu steps %.4f\n",
+		       (unsigned long long)window, pr->first_sum / (double)window, (unsigned long long)window,
+		       recent_sum / (double)window);
+		if (pr->evaluations)
+			printf("summary: held-out loss %.4f after step %llu, %.4f after step %llu (%llu evaluations on "
+			       "the last %g of the data, not trained on)\n",
+			       pr->first_eval, (unsigned long long)pr->first_eval_step, pr->last_eval,
+			       (unsigned long long)pr->last_eval_step, (unsigned long long)pr->evaluations,
+			       o->cfg.eval_fraction);
+	}
+	print_steady_iteration(pr, CLOCK);
+	print_gradient_tail(acc, steps_run < acc->steps ? steps_run : acc->steps, CLOCK);
+	printf("summary: task time by phase (summed over workers):");
+	for (int p = 0; p < DOS_TASK_PHASES; p++)
+		printf(" %s %.2f s%s", _dos_task_phase_name((enum _dos_task_phase)p), acc->busy[p],
+		       p + 1 < DOS_TASK_PHASES ? "," : "\n");
+	/* Against `dos-bench gemm` (one OpenBLAS thread; cuBLAS per precision): the share of
+	 * the machine's product rate that forward and backward reach. */
+	for (int g = 0; g < 2; g++)
+		if (acc->product_seconds[g] > 0 && steps_run > 0)
+			printf("summary: forward and backward matrix products on %s workers: %.4g GFLOP per step, %.2f "
+			       "GFLOP/s over their %.2f s of task time\n",
+			       g ? "CUDA" : "CPU", acc->product_flops[g] * 1e-9 / (double)steps_run,
+			       acc->product_flops[g] * 1e-9 / acc->product_seconds[g], acc->product_seconds[g]);
+	printf("summary: subgroup updates ran %llu on CPU workers, %llu on GPU workers; %zu of those of the first %d "
+	       "steps started while backward was still running\n",
+	       (unsigned long long)acc->updates_cpu, (unsigned long long)acc->updates_gpu,
+	       updates_during_backward(&acc->backward, &acc->updates), OVERLAP_STEPS);
+}
+
 int main(int argc, char **argv)
 {
 	setenv("DOS_QUIET", "1", 0); /* we print the library's error messages ourselves, once */
@@ -510,250 +828,100 @@ int main(int argc, char **argv)
 	default:
 		return 2;
 	}
-	struct dos_train_config cfg = opts.cfg;
-	if (_dos_model_shape_check(&cfg.shape) != 0) { /* before StarPU starts */
+	struct dos_train_config *cfg = &opts.cfg;
+	if (_dos_model_shape_check(&cfg->shape) != 0) { /* before StarPU starts */
 		fprintf(stderr, "dos-train: %s\n", dos_last_error());
 		return 2;
 	}
-	const struct train_preset *preset = opts.preset;
-	const char *policy = opts.policy, *plot = opts.plot, *trace = opts.trace, *dump = opts.dump;
-	const char *precision = opts.precision, *simulate = opts.simulate;
-	int quiet = opts.quiet;
-	uint64_t params = opts.params;
-	if (!cfg.data_path)
-		cfg.data_path = default_data_path();
 #ifdef STARPU_SIMGRID
-	const char *machine = getenv("STARPU_HOSTNAME");
-	if (!simulate)
+	if (!opts.simulate) {
+		const char *machine = getenv("STARPU_HOSTNAME");
 		printf("dos-train: simulated machine %s (environment set by the caller)\n", machine ? machine : "?");
+	}
 #else
-	if (simulate) {
+	if (opts.simulate) {
 		fprintf(stderr,
 			"dos-train: --simulate = '%s': this dos-train runs on the real machine; use the one built "
 			"against StarPU's SimGrid variant (build-simgrid/dos-train)\n",
-			simulate);
+			opts.simulate);
 		return 2;
 	}
 #endif
-
-	if (trace) {
-#ifndef STARPU_USE_FXT
-		fprintf(stderr, "dos-train: --trace %s: this StarPU was built without FxT (configure --with-fxt)\n",
-			trace);
-		return 2;
-#endif
-		if (mkdir(trace, 0755) != 0 && errno != EEXIST) {
-			fprintf(stderr, "dos-train: --trace %s: %s\n", trace, strerror(errno));
-			return 2;
-		}
-		char prefix[4096];
-		snprintf(prefix, sizeof prefix, "%s/", trace);
-		setenv("STARPU_FXT_PREFIX", prefix, 1);
-		setenv("STARPU_FXT_TRACE", "1", 1);
-	}
-	struct starpu_conf conf;
-	starpu_conf_init(&conf);
-	struct starpu_sched_policy *ours = dos_sched_policy(policy);
-	if (ours)
-		conf.sched_policy = ours;
-	else
-		conf.sched_policy_name = policy;
-	/* under mpirun or srun: a data-parallel job over StarPU-MPI, one rank per process */
-	int err, launched = _dos_dp_launched() && (!simulate || _dos_dp_available());
-	if (launched && !_dos_dp_available()) {
-		fprintf(stderr, "dos-train: launched by mpirun or srun, but built without StarPU-MPI: each process "
-				"would train alone; rebuild with MPI (configure --with-mpi)\n");
-		return 2;
-	}
+	int status = check_files(&opts);
+	if (status)
+		return status;
 	struct dos_rank_binding binding = {0};
-	err = launched ? _dos_dp_init(&argc, &argv, &conf, &cfg.dp, &binding) : starpu_init(&conf);
-	if (err) {
-		if (launched)
-			fprintf(stderr, "dos-train: %s\n", dos_last_error());
-		else
-			fprintf(stderr, "dos-train: starpu_init failed (%d)%s\n", err,
-				ours ? "" : " (is --policy a StarPU policy name?)");
-		return 1;
-	}
-	int reporter = cfg.dp.rank == 0;
-	if (!reporter) { /* one voice: rank 0 reports the job (and draws its own timeline) */
-		quiet = 1;
-		plot = NULL;
-	}
-	starpu_cublas_init();
-	const char *env_policy = getenv("STARPU_SCHED");
-	const char *effective = env_policy && *env_policy ? env_policy : policy;
-	if (!ours && !(env_policy && *env_policy)) {
-		/* StarPU falls back to its default on an unknown name: refuse instead */
-		struct starpu_sched_policy **all = starpu_sched_get_predefined_policies();
-		int known = 0;
-		for (; *all; all++)
-			known |= !strcmp((*all)->policy_name, policy);
-		if (!known) {
-			fprintf(stderr,
-				"dos-train: --policy = '%s': not one of ours (dos, all-cpu, stride, resident) "
-				"nor a StarPU policy\n",
-				policy);
-			shutdown_runtime(&cfg.dp);
-			return 2;
-		}
-	}
+	const char *running;
+	if ((status = start_starpu(&opts, &argc, &argv, &binding, &running)))
+		return status;
 
-	struct accounting acc = {.lock = PTHREAD_MUTEX_INITIALIZER, .accumulation = cfg.accumulation};
-	acc.backward_end = calloc(cfg.steps, sizeof *acc.backward_end);
-	acc.gradient_ready = calloc(cfg.steps, sizeof *acc.gradient_ready);
-	acc.steps = acc.backward_end && acc.gradient_ready ? cfg.steps : 0; /* a statistic: none without memory */
-	starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
-	if (plot && (err = dos_timeline_create(&acc.timeline))) {
-		fprintf(stderr, "dos-train: --plot: cannot record the timeline (%d)\n", err);
-		shutdown_runtime(&cfg.dp);
-		return 1;
-	}
-	struct progress pr = {.tty = isatty(STDOUT_FILENO), .quiet = quiet};
-	cfg.on_step = on_step;
-	cfg.on_step_arg = &pr;
-	cfg.hook = watch_task;
-	cfg.hook_arg = &acc;
-	if (plot) {
-		cfg.before_last_step = start_timeline;
-		cfg.before_last_step_arg = &acc;
-	}
+	int reporter = cfg->dp.rank == 0, quiet = opts.quiet;
+	const char *plot = reporter ? opts.plot : NULL; /* one voice: rank 0 reports the job */
+	struct accounting acc = {.lock = PTHREAD_MUTEX_INITIALIZER, .accumulation = cfg->accumulation};
+	acc.backward_end = calloc(cfg->steps, sizeof *acc.backward_end);
+	acc.gradient_ready = calloc(cfg->steps, sizeof *acc.gradient_ready);
+	acc.steps = acc.backward_end && acc.gradient_ready ? cfg->steps : 0; /* a statistic: none without memory */
+	struct progress pr = {.tty = isatty(STDOUT_FILENO), .quiet = quiet || !reporter};
 	struct dos_train_output out = {0};
-	if (dump) {
-		float **arrays[] = {&out.master, &out.m, &out.v, &out.weights};
-		for (int i = 0; i < 4; i++)
-			if (!(*arrays[i] = malloc(params * sizeof(float)))) {
-				fprintf(stderr, "dos-train: no memory for --dump\n");
-				shutdown_runtime(&cfg.dp);
-				return 1;
-			}
+	int err = 0;
+	starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+	if (plot && (err = dos_timeline_create(&acc.timeline)))
+		fprintf(stderr, "dos-train: --plot: cannot record the timeline (%d)\n", err);
+	float **arrays[] = {&out.master, &out.m, &out.v, &out.weights};
+	for (int i = 0; i < 4 && opts.dump && !err; i++)
+		if (!(*arrays[i] = malloc(opts.params * sizeof(float))))
+			err = -ENOMEM, fprintf(stderr, "dos-train: no memory for --dump\n");
+	if (err) {
+		dos_timeline_destroy(acc.timeline);
+		free(acc.backward_end);
+		free(acc.gradient_ready);
+		shutdown_runtime(&cfg->dp);
+		return 1;
 	}
+	cfg->on_step = on_step;
+	cfg->on_step_arg = &pr;
+	cfg->hook = watch_task;
+	cfg->hook_arg = &acc;
+	cfg->checkpoint_skipped = checkpoint_skipped;
+	if (plot) {
+		cfg->before_last_step = start_timeline;
+		cfg->before_last_step_arg = &acc;
+	}
+	print_header(&opts, cfg, running, &binding, &pr.quiet);
 
-	int ranks = _dos_dp_size(&cfg.dp);
-	unsigned ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
-	unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
-	if (ranks > 1) /* before the job's header, which rank 0 prints */
-		print_rank_share(&cfg, params, ncpu, ncuda, &binding);
-	if (!reporter && !silence_stdout()) /* rank 0 reports the job */
-		quiet = 1;
-	printf("dos-train: %s model (V %u, hidden %u, heads %u, FFN %u, layers %u, seq %u): %.3g M parameters, "
-	       "%llu subgroups of %llu\n",
-	       preset->name, cfg.shape.vocab, cfg.shape.hidden, cfg.shape.heads, cfg.shape.ffn, cfg.shape.layers,
-	       cfg.shape.seq_len, params / 1e6,
-	       (unsigned long long)((params + cfg.opt.subgroup_size - 1) / cfg.opt.subgroup_size),
-	       (unsigned long long)cfg.opt.subgroup_size);
-	printf("dos-train: %llu steps of %u x %u sequences%s, %s, policy %s, %u CPU + %u CUDA workers, data %s\n",
-	       (unsigned long long)cfg.steps, cfg.accumulation * ranks, cfg.micro_batch,
-	       ranks == 1                          ? ""
-	       : cfg.dp.exchange == DOS_DP_SCATTER ? " (the global batch, exchanged by scatter)"
-						   : " (the global batch, exchanged by chain)",
-	       precision, effective, ncpu, ncuda, cfg.data_path);
-	/* what mixed precision saves: 16-bit activations are half of fp32's */
-	uint64_t act_bytes = _dos_model_activation_bytes(&cfg.shape, cfg.micro_batch, cfg.opt.weight_dtype,
-							 cfg.checkpoint_activations);
-	printf("dos-train: model computes in %s: activations %llu bytes (%.1f MiB) per micro-batch at their peak\n",
-	       dos_dtype_name(cfg.opt.weight_dtype), (unsigned long long)act_bytes, act_bytes / 1048576.0);
-	fflush(stdout);
-
-	err = _dos_train_run(&cfg, &out);
-	if (pr.tty && !quiet)
+	err = _dos_train_run(cfg, &out);
+	if (pr.tty && !pr.quiet)
 		printf("\n");
 	if (err) {
 		fprintf(stderr, "dos-train: %s\n", dos_last_error());
-		dos_timeline_destroy(acc.timeline);
-		shutdown_runtime(&cfg.dp);
-		return err == -EINVAL || err == -ENOENT || err == -EISDIR ? 2 : 1;
-	}
-	uint64_t steps_run = cfg.steps > out.resumed_from ? cfg.steps - out.resumed_from : 0;
-	if (out.resumed_from)
-		printf("dos-train: resumed after step %llu from the latest checkpoint in %s\n",
-		       (unsigned long long)out.resumed_from, cfg.checkpoint_dir);
-	if (steps_run == 0) {
-		printf("summary: nothing to do: the checkpoint is at step %llu, --steps is %llu\n",
-		       (unsigned long long)out.resumed_from, (unsigned long long)cfg.steps);
-	}
-	uint64_t tokens = steps_run * (uint64_t)cfg.accumulation * ranks * cfg.micro_batch * cfg.shape.seq_len;
-	for (int p = 0; p < DOS_TASK_PHASES; p++) /* the job's, over every rank's workers */
-		acc.busy[p] = _dos_dp_sum(acc.busy[p]);
-	acc.updates_cpu = (uint64_t)_dos_dp_sum((double)acc.updates_cpu);
-	acc.updates_gpu = (uint64_t)_dos_dp_sum((double)acc.updates_gpu);
-	for (int g = 0; g < 2; g++) {
-		acc.product_flops[g] = _dos_dp_sum(acc.product_flops[g]);
-		acc.product_seconds[g] = _dos_dp_sum(acc.product_seconds[g]);
-	}
-#ifdef STARPU_SIMGRID
-	const char *clock = " simulated";
-#else
-	const char *clock = "";
-#endif
-	if (steps_run == 0) {
-		/* reported above */
-	} else if (isnan(pr.first_loss)) {
-		printf("summary: %llu steps (%llu skipped) in %.3f%s s (%.3f s per step), %.0f tokens/s; no losses "
-		       "(no task body runs in simulation)\n",
-		       (unsigned long long)steps_run, (unsigned long long)out.skipped_steps, out.seconds, clock,
-		       out.seconds / (double)steps_run, tokens / out.seconds);
+		status =
+			err == -EINVAL || err == -ENOENT || err == -EISDIR || err == -EEXIST || err == -ENOTDIR ? 2 : 1;
 	} else {
-		printf("summary: loss %.4f -> %.4f over %llu steps (%llu skipped), %.1f%s s, %.0f tokens/s\n",
-		       pr.first_loss, pr.last_loss, (unsigned long long)steps_run,
-		       (unsigned long long)out.skipped_steps, out.seconds, clock, tokens / out.seconds);
-		uint64_t window = pr.seen < LOSS_WINDOW ? pr.seen : LOSS_WINDOW;
-		double recent_sum = 0;
-		for (uint64_t i = 0; i < window; i++)
-			recent_sum += pr.recent[i];
-		printf("summary: mean loss of the first %llu steps %.4f, of the last %llu steps %.4f\n",
-		       (unsigned long long)window, pr.first_sum / (double)window, (unsigned long long)window,
-		       recent_sum / (double)window);
-		if (pr.evaluations)
-			printf("summary: held-out loss %.4f after step %llu, %.4f after step %llu (%llu evaluations on "
-			       "the last %g of the data, not trained on)\n",
-			       pr.first_eval, (unsigned long long)pr.first_eval_step, pr.last_eval,
-			       (unsigned long long)pr.last_eval_step, (unsigned long long)pr.evaluations,
-			       opts.cfg.eval_fraction);
-	}
-	print_steady_iteration(&pr, clock);
-	print_gradient_tail(&acc, steps_run < acc.steps ? steps_run : acc.steps, clock);
-	free(pr.loss_at);
-	printf("summary: task time by phase (summed over workers):");
-	for (int p = 0; p < DOS_TASK_PHASES; p++)
-		printf(" %s %.2f s%s", _dos_task_phase_name((enum _dos_task_phase)p), acc.busy[p],
-		       p + 1 < DOS_TASK_PHASES ? "," : "\n");
-	/* Against `dos-bench gemm` (one OpenBLAS thread; cuBLAS per precision): the share of
-	 * the machine's product rate that forward and backward reach. */
-	for (int g = 0; g < 2; g++)
-		if (acc.product_seconds[g] > 0 && steps_run > 0)
-			printf("summary: forward and backward matrix products on %s workers: %.4g GFLOP per step, %.2f "
-			       "GFLOP/s over their %.2f s of task time\n",
-			       g ? "CUDA" : "CPU", acc.product_flops[g] * 1e-9 / (double)steps_run,
-			       acc.product_flops[g] * 1e-9 / acc.product_seconds[g], acc.product_seconds[g]);
-	printf("summary: subgroup updates ran %llu on CPU workers, %llu on GPU workers; %zu of those of the first %d "
-	       "steps started while backward was still running\n",
-	       (unsigned long long)acc.updates_cpu, (unsigned long long)acc.updates_gpu,
-	       updates_during_backward(&acc.backward, &acc.updates), OVERLAP_STEPS);
-	int status = 0;
-	if (plot) {
-		char title[256];
-		snprintf(title, sizeof title, "dos-train: last iteration, %s model, policy %s", preset->name,
-			 effective);
-		if ((err = dos_timeline_write_svg(acc.timeline, plot, title))) {
-			fprintf(stderr, "dos-train: --plot %s: %s\n", plot, strerror(-err));
+		print_summary(&opts, cfg, &out, &pr, &acc);
+		if (plot) {
+			char title[256];
+			snprintf(title, sizeof title, "dos-train: last training iteration, %s model, policy %s%s",
+				 opts.preset->name, running,
+				 cfg->eval_every ? " (the held-out evaluation after it not drawn)" : "");
+			if ((err = dos_timeline_write_svg(acc.timeline, plot, title))) {
+				fprintf(stderr, "dos-train: --plot %s: %s\n", plot, strerror(-err));
+				status = 1;
+			} else
+				printf("dos-train: picture of the last training iteration in %s\n", plot);
+		}
+		if (opts.dump && write_dump(opts.dump, &out, opts.params, &cfg->dp))
 			status = 1;
-		} else
-			printf("dos-train: picture of the last iteration in %s\n", plot);
 	}
-	if (dump && write_dump(dump, &out, params, &cfg.dp))
-		status = 1;
+	free(pr.loss_at);
 	dos_timeline_destroy(acc.timeline);
 	free(acc.backward.at);
 	free(acc.backward_end);
 	free(acc.gradient_ready);
 	free(acc.updates.at);
-	free(out.master);
-	free(out.m);
-	free(out.v);
-	free(out.weights);
-	shutdown_runtime(&cfg.dp);
-	if (trace)
-		printf("dos-train: FxT trace in %s/ (starpu_fxt_tool -i %s/prof_file_*)\n", trace, trace);
+	for (int i = 0; i < 4; i++)
+		free(*arrays[i]);
+	shutdown_runtime(&cfg->dp);
+	if (opts.trace && !err)
+		printf("dos-train: FxT trace in %s/ (starpu_fxt_tool -i %s/prof_file_*)\n", opts.trace, opts.trace);
 	return status;
 }

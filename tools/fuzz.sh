@@ -2,11 +2,12 @@
 # Bounded libFuzzer runs under ASan and UBSan, one after the other, each given about half
 # of SECONDS:
 #   checkpoint  the checkpoint reader (_dos_checkpoint_load, graph/checkpoint.c):
-#               tests/fuzz/fuzz_checkpoint.c with graph/checkpoint.c, base/errors.c
+#               tests/fuzz/fuzz_checkpoint.c with graph/checkpoint.c, base/files.c,
+#               base/errors.c
 #               and codelets/dtype.c; seeds: valid checkpoints;
 #   options     dos-train's option parser (dos_train_parse_options, tools/train_options.c):
-#               tests/fuzz/fuzz_options.c with tools/train_options.c, graph/model.c and
-#               base/errors.c; seeds: the command lines of tests/test_train.sh.
+#               tests/fuzz/fuzz_options.c with tools/train_options.c, graph/model.c,
+#               base/parse.c and base/errors.c; seeds: the command lines of tests/test_train.sh.
 # Plain C, no libstarpu: StarPU only for its headers (include/dos.h includes starpu.h).
 # One summary line per target:
 #   fuzz: checkpoint reader: N runs in S s, coverage C, crashes K
@@ -76,7 +77,8 @@ prepare_checkpoint() {
 	local bin=$dir/fuzz_checkpoint work=$dir/checkpoint
 	echo "fuzz: building $bin" >&2
 	"$cc" "${sanitize[@]}" -Wall -Wextra -Werror "${includes[@]}" \
-		"$top/tests/fuzz/fuzz_checkpoint.c" "$top/graph/checkpoint.c" "$top/base/errors.c" \
+		"$top/tests/fuzz/fuzz_checkpoint.c" "$top/graph/checkpoint.c" "$top/base/files.c" \
+		"$top/base/errors.c" \
 		"$top/codelets/dtype.c" -lpthread -o "$bin.new"
 	mv "$bin.new" "$bin"
 
@@ -94,10 +96,11 @@ prepare_checkpoint() {
 	# Tokens of the format (libFuzzer's dictionary syntax).
 	cat >"$work/fuzz.dict" <<'EOF'
 magic="DOSCKPT\x00"
-version="\x01\x00\x00\x00"
+version="\x03\x00\x00\x00"
+version_2="\x02\x00\x00\x00"
 marker="\x04\x03\x02\x01"
 marker_swapped="\x01\x02\x03\x04"
-header_len="\xac\x00\x00\x00"
+header_len="\xbc\x00\x00\x00"
 tag_master="master\x00\x00"
 tag_m="adam_m\x00\x00"
 tag_v="adam_v\x00\x00"
@@ -113,7 +116,7 @@ prepare_options() {
 	"$cc" "${sanitize[@]}" -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 		-Wno-unused-parameter -Werror "${includes[@]}" \
 		"$top/tests/fuzz/fuzz_options.c" "$top/tools/train_options.c" "$top/graph/model.c" \
-		"$top/base/errors.c" "$top/codelets/dtype.c" -lm -o "$bin.new"
+		"$top/base/parse.c" "$top/base/errors.c" "$top/codelets/dtype.c" -lm -o "$bin.new"
 	mv "$bin.new" "$bin"
 
 	# Seeds: the command lines of tests/test_train.sh (runs and refusals) and a few more

@@ -218,6 +218,7 @@ static const char *const family_colour[NFAMILIES] = {
 };
 
 static const char *const link_colour[2] = {"#e15759", "#17becf"}; /* host->GPU, GPU->host */
+static const char *const overlap_colour = "#1f6f1f";              /* updates while backward runs */
 static const char *const memory_colour[] = {"#d62728", "#9467bd", "#8c564b", "#2ca02c", "#1f77b4", "#ff7f0e"};
 
 static const char *family_label(int family)
@@ -586,6 +587,8 @@ static double draw_legend(FILE *f, const struct dos_timeline *tl, const size_t *
 		snprintf(swatch, sizeof swatch, "<rect width=\"12\" height=\"12\" fill=\"%s\"/>", family_colour[fam]);
 		legend_item(f, &lx, &ly, 12, right, swatch, text);
 	}
+	snprintf(swatch, sizeof swatch, "<rect width=\"12\" height=\"12\" fill=\"%s\"/>", overlap_colour);
+	legend_item(f, &lx, &ly, 12, right, swatch, "optimizer updates while backward runs (band over the rows)");
 	if (tl->nlinks) {
 		for (int d = 0; d < 2; d++) {
 			snprintf(swatch, sizeof swatch, "<rect width=\"12\" height=\"12\" fill=\"%s\"/>",
@@ -636,6 +639,88 @@ static double draw_legend(FILE *f, const struct dos_timeline *tl, const size_t *
 	return bottom;
 }
 
+/* ---- phases: when forward, backward and the optimizer ran, and how updates overlapped
+ * backward (the point of the picture: a subgroup update can start as soon as its
+ * gradients are final, while backward still runs) ---------------------------------------- */
+
+enum { PHASE_ROWS = 3 };
+static const int phase_family[PHASE_ROWS] = {DOS_TASK_FORWARD, DOS_TASK_BACKWARD, DOS_TASK_UPDATE};
+static const char *const phase_label[PHASE_ROWS] = {"forward", "backward", "updates"};
+
+struct spans {
+	double (*at)[2]; /* [start, end) in us, disjoint, in order */
+	size_t n;
+	double total;
+};
+
+static int by_start(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* The union of the times tasks of `fam` ran, on any worker. */
+static int family_spans(const struct dos_timeline *tl, int fam, struct spans *out)
+{
+	*out = (struct spans){0};
+	out->at = malloc((tl->nevents + 1) * sizeof *out->at);
+	if (!out->at)
+		return -ENOMEM;
+	size_t n = 0;
+	for (size_t i = 0; i < tl->nevents; i++)
+		if (tl->events[i].family == fam) {
+			out->at[n][0] = tl->events[i].start_us;
+			out->at[n][1] = tl->events[i].end_us;
+			n++;
+		}
+	qsort(out->at, n, sizeof *out->at, by_start);
+	for (size_t i = 0; i < n; i++) {
+		if (out->n && out->at[i][0] <= out->at[out->n - 1][1]) {
+			out->at[out->n - 1][1] = fmax(out->at[out->n - 1][1], out->at[i][1]);
+			continue;
+		}
+		out->at[out->n][0] = out->at[i][0];
+		out->at[out->n][1] = out->at[i][1];
+		out->n++;
+	}
+	for (size_t i = 0; i < out->n; i++)
+		out->total += out->at[i][1] - out->at[i][0];
+	return 0;
+}
+
+/* The times in both a and b. */
+static int intersect_spans(const struct spans *a, const struct spans *b, struct spans *out)
+{
+	*out = (struct spans){0};
+	out->at = malloc((a->n + b->n + 1) * sizeof *out->at);
+	if (!out->at)
+		return -ENOMEM;
+	for (size_t i = 0, k = 0; i < a->n && k < b->n;) {
+		double from = fmax(a->at[i][0], b->at[k][0]), to = fmin(a->at[i][1], b->at[k][1]);
+		if (from < to) {
+			out->at[out->n][0] = from;
+			out->at[out->n][1] = to;
+			out->total += to - from;
+			out->n++;
+		}
+		if (a->at[i][1] < b->at[k][1])
+			i++;
+		else
+			k++;
+	}
+	return 0;
+}
+
+static void draw_spans(FILE *f, const struct frame *fr, const struct spans *sp, double y, double h, const char *fill,
+		       const char *extra)
+{
+	for (size_t i = 0; i < sp->n; i++) {
+		double x0 = x_of(fr, sp->at[i][0]), x1 = x_of(fr, sp->at[i][1]);
+		fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"%s/>\n", x0, y,
+			fmax(x1 - x0, 1.5), h, fill, extra);
+	}
+}
+
 static int write_svg_locked(struct dos_timeline *tl, FILE *f, const char *title)
 {
 	double *busy = calloc(tl->nworkers + 1, sizeof *busy);
@@ -667,6 +752,28 @@ static int write_svg_locked(struct dos_timeline *tl, FILE *f, const char *title)
 	if (!(fr.span_us >= 1.0))
 		fr.span_us = 1000.0; /* nothing recorded: a 1 ms axis rather than a degenerate one */
 
+	/* the phase rows, drawn when forward, backward or optimizer tasks were recorded */
+	struct spans phase[PHASE_ROWS], overlap = {0};
+	int err = 0;
+	for (int k = 0; k < PHASE_ROWS; k++)
+		if (family_spans(tl, phase_family[k], &phase[k]))
+			err = -ENOMEM;
+	if (!err && intersect_spans(&phase[1], &phase[2], &overlap))
+		err = -ENOMEM;
+	int nphases = 0;
+	for (int k = 0; k < PHASE_ROWS; k++)
+		nphases += phase[k].n > 0;
+	if (err) {
+		for (int k = 0; k < PHASE_ROWS; k++)
+			free(phase[k].at);
+		free(overlap.at);
+		free(busy);
+		free(tasks_on);
+		free(link_total);
+		free(row_of_worker);
+		return err;
+	}
+
 	double max_rate = 0;
 	size_t peak_mem = 0;
 	for (size_t i = 1; i < tl->nsamples; i++) {
@@ -690,6 +797,9 @@ static int write_svg_locked(struct dos_timeline *tl, FILE *f, const char *title)
 	double warn_y = y + 12;
 	if (warn)
 		y += 18;
+	double phases_top = y + 8;
+	if (nphases)
+		y = phases_top + PHASE_ROWS * ROW_PITCH + 8;
 	double rows_top = y + 8;
 	double links_top = rows_top + tl->nworkers * ROW_PITCH + (tl->nlinks ? 8 : 0);
 	double rows_bottom = links_top + tl->nlinks * ROW_PITCH;
@@ -714,9 +824,15 @@ static int write_svg_locked(struct dos_timeline *tl, FILE *f, const char *title)
 	fprintf(f, "<text x=\"12\" y=\"%.1f\" font-size=\"17\" font-weight=\"bold\">", title_y);
 	put_text(f, title ? title : "starpu-dos timeline", 160);
 	fputs("</text>\n", f);
-	fprintf(f, "<text x=\"12\" y=\"%.1f\" fill=\"#444\">%zu tasks on %u workers, %.3f ms window%s</text>\n",
-		subtitle_y, tl->nevents, tl->nworkers, fr.span_us / 1000.0,
+	fprintf(f, "<text x=\"12\" y=\"%.1f\" fill=\"#444\">%zu tasks on %u workers, %.3f ms window%s", subtitle_y,
+		tl->nevents, tl->nworkers, fr.span_us / 1000.0,
 		tl->nlinks ? "; link rows sampled at task boundaries" : "");
+	if (phase[2].n)
+		fprintf(f,
+			"; optimizer updates: %zu tasks over %.3f ms, %.0f%% of that while backward still ran (dark "
+			"green)",
+			family_count[DOS_TASK_UPDATE], phase[2].total / 1000.0, 100.0 * overlap.total / phase[2].total);
+	fputs("</text>\n", f);
 	if (warn) {
 		fprintf(f, "<text x=\"12\" y=\"%.1f\" fill=\"#c00000\">", warn_y);
 		if (tl->dropped)
@@ -769,7 +885,32 @@ static int write_svg_locked(struct dos_timeline *tl, FILE *f, const char *title)
 		fprintf(f, "<line x1=\"10\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#bbb\"/>\n", links_top - 4,
 			fr.left + fr.width, links_top - 4);
 
-	draw_time_axis(f, &fr, rows_top, axis_y);
+	draw_time_axis(f, &fr, nphases ? phases_top : rows_top, axis_y);
+
+	if (nphases) {
+		/* the phases over all workers, the updates' overlap with backward marked on them
+		 * and as a band over the worker rows */
+		for (int k = 0; k < PHASE_ROWS; k++) {
+			double ry = phases_top + k * ROW_PITCH;
+			char label[160];
+			snprintf(label, sizeof label, "%.3f ms busy", phase[k].total / 1000.0);
+			fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f0f0f0\"/>\n",
+				fr.left, ry, fr.width, ROW_H);
+			fprintf(f, "<text x=\"10\" y=\"%.1f\" font-weight=\"bold\">%s</text>", ry + 13, phase_label[k]);
+			fprintf(f,
+				"<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#666\" "
+				"text-anchor=\"end\">%s</text>\n",
+				fr.left - 6, ry + 13, phase[k].n ? label : "none");
+			draw_spans(f, &fr, &phase[k], ry + 1, ROW_H - 2, family_colour[phase_family[k]], "");
+		}
+		double ry = phases_top + 2 * ROW_PITCH;
+		draw_spans(f, &fr, &overlap, ry + 1, ROW_H - 2, overlap_colour,
+			   " stroke=\"#000\" stroke-width=\"0.8\"");
+		draw_spans(f, &fr, &overlap, rows_top - 4, links_top - rows_top, overlap_colour,
+			   " fill-opacity=\"0.18\"");
+		fprintf(f, "<line x1=\"10\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#bbb\"/>\n", rows_top - 6,
+			fr.left + fr.width, rows_top - 6);
+	}
 
 	/* Tasks: one rect each, tooltip with name, worker and duration. */
 	fputs("<g stroke=\"none\">\n", f);
@@ -778,10 +919,14 @@ static int write_svg_locked(struct dos_timeline *tl, FILE *f, const char *title)
 		const char *name = name_of(tl, e->name);
 		double x0 = x_of(&fr, e->start_us), x1 = x_of(&fr, e->end_us);
 		double ry = rows_top + row_of_worker[e->worker] * ROW_PITCH;
-		/* A white edge separates back-to-back tasks, where there is room for one. */
+		/* A white edge separates back-to-back tasks, where there is room for one; an update
+		 * is never thinner than 2 px and has a dark edge, so that a short one still shows. */
+		int fam = e->family, update = fam == DOS_TASK_UPDATE;
 		fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"%s><title>", x0,
-			ry + 1, fmax(x1 - x0, 0.4), ROW_H - 2, family_colour[e->family],
-			x1 - x0 > 3 ? " stroke=\"#fff\" stroke-width=\"0.6\"" : "");
+			ry + 1, fmax(x1 - x0, update ? 2.0 : 0.4), ROW_H - 2, family_colour[fam],
+			update        ? " stroke=\"#1b4d1b\" stroke-width=\"0.8\""
+			: x1 - x0 > 3 ? " stroke=\"#fff\" stroke-width=\"0.6\""
+				      : "");
 		put_text(f, name, 200);
 		fprintf(f, " %.3f ms on ", (e->end_us - e->start_us) / 1000.0);
 		put_text(f, tl->worker_names[e->worker], 200);
@@ -856,6 +1001,9 @@ static int write_svg_locked(struct dos_timeline *tl, FILE *f, const char *title)
 	draw_legend(f, tl, family_count, legend_top);
 	fputs("</svg>\n", f);
 
+	for (int k = 0; k < PHASE_ROWS; k++)
+		free(phase[k].at);
+	free(overlap.at);
 	free(busy);
 	free(tasks_on);
 	free(link_total);

@@ -1,5 +1,4 @@
 /* dos-train's command line (train_options.h). */
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -8,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "parse.h"
 #include "train_options.h"
 
 /* The published shapes (hidden / FFN / layers / heads, sequence 2048, GPT-NeoX vocabulary)
@@ -65,16 +65,19 @@ static void usage(FILE *f)
 		   "  --policy NAME        dos (default), all-cpu, stride, resident, or a StarPU policy\n"
 		   "                       (dmda, dmdas, eager, lws, ...); STARPU_SCHED overrides it\n"
 		   "output:\n"
-		   "  --plot FILE.svg      picture of the last iteration (workers, links, GPU memory)\n"
+		   "  --plot FILE.svg      picture of the last training iteration (phases, updates\n"
+		   "                       during backward, workers, links, GPU memory)\n"
 		   "  --trace DIR          StarPU FxT trace into DIR (convert with starpu_fxt_tool)\n"
 		   "  --simulate NAME      run on a simulated machine of sched/machines/ (h100-pcie5,\n"
 		   "                       a100-pcie4, h200): only in the build against StarPU's SimGrid\n"
 		   "                       variant (build-simgrid/dos-train); times simulated, no losses\n"
 		   "  --dump FILE          write master weights, m, v and working weights (fp32, raw)\n"
 		   "checkpoints (optimizer state, step counters, data order; see graph/checkpoint.h):\n"
-		   "  --checkpoint-dir DIR save into DIR (existing) after the last step; two are kept\n"
+		   "  --checkpoint-dir DIR save into DIR (made if missing) after the last step; two are\n"
+		   "                       kept; DIR belongs to one run, held by one process at a time\n"
 		   "  --checkpoint-every N also every N steps\n"
-		   "  --resume             continue from DIR's latest checkpoint up to --steps in all\n"
+		   "  --resume             continue from DIR's newest checkpoint that verifies, up to\n"
+		   "                       --steps in all (without it, DIR must hold no checkpoint)\n"
 		   "  --quiet              only the summary\n"
 		   "data parallel: started by mpirun or srun, each process is a rank of one job over\n"
 		   "StarPU-MPI (each keeps its share of the optimizer state; same result as one process\n"
@@ -88,33 +91,20 @@ static void usage(FILE *f)
 
 static int parse_u64(FILE *err, const char *option, const char *text, uint64_t min, uint64_t max, uint64_t *out)
 {
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(text, &end, 0);
-	/* strtoull skips leading white space and then wraps a '-' around: " -1" would be
-	 * 2^64 - 1 (accepted by --seed and --subgroup-size) */
-	const char *first = text;
-	while (isspace((unsigned char)*first))
-		first++;
-	if (errno || end == text || *end || *first == '-' || v < min || v > max) {
-		fprintf(err, "dos-train: --%s = '%s': expected an integer in [%llu, %llu]\n", option, text,
-			(unsigned long long)min, (unsigned long long)max);
+	if (_dos_parse_u64(text, min, max, out) != 0) {
+		fprintf(err, "dos-train: --%s = '%s': expected a whole number in base 10 in [%llu, %llu]\n", option,
+			text, (unsigned long long)min, (unsigned long long)max);
 		return -EINVAL;
 	}
-	*out = v;
 	return 0;
 }
 
 static int parse_double(FILE *err, const char *option, const char *text, double *out)
 {
-	char *end;
-	errno = 0;
-	double v = strtod(text, &end);
-	if (errno || end == text || *end || !isfinite(v)) {
-		fprintf(err, "dos-train: --%s = '%s': expected a finite number\n", option, text);
+	if (_dos_parse_double(text, out) != 0) {
+		fprintf(err, "dos-train: --%s = '%s': expected a finite decimal number\n", option, text);
 		return -EINVAL;
 	}
-	*out = v;
 	return 0;
 }
 

@@ -49,11 +49,12 @@ static const struct dos_checkpoint_meta expect = {
 	.grad_dtype = DOS_FP32,
 };
 
-/* The format, version 2 (graph/checkpoint.c), for that layout. */
-#define HEADER_FIXED 160
-#define HEADER_LEN (HEADER_FIXED + 8 * NTENSORS + 4)
+/* The format (graph/checkpoint.c), for that layout: version 3, and version 2 without the
+ * run's identity (numel at 160 instead of 176). */
+#define NUMEL_AT(version) ((version) >= 3 ? 176 : 160)
+#define HEADER_LEN_OF(version) (NUMEL_AT(version) + 8 * NTENSORS + 4)
+#define HEADER_LEN HEADER_LEN_OF(3) /* what _dos_checkpoint_save writes */
 #define SECTION_LEN (16 + 4 * NPARAMS + 4)
-#define FILE_LEN (HEADER_LEN + 3 * SECTION_LEN)
 static const char section_tags[3][8] = {"master", "adam_m", "adam_v"};
 
 #define SENTINEL_BYTE 0xA5
@@ -91,22 +92,27 @@ static uint64_t u64_at(const unsigned char *p, size_t off)
 /* Whether `data` is a valid checkpoint of `expect`'s layout. */
 static int oracle_valid(const unsigned char *data, size_t size)
 {
-	if (size != FILE_LEN)
+	if (size < 20)
 		return 0;
-	if (memcmp(data, "DOSCKPT\0", 8) != 0 || u32_at(data, 8) != 2 || u32_at(data, 12) != 0x01020304u ||
-	    u32_at(data, 16) != HEADER_LEN)
+	uint32_t version = u32_at(data, 8);
+	if (version != 2 && version != 3)
 		return 0;
-	if (ref_crc32c(data, HEADER_LEN - 4) != u32_at(data, HEADER_LEN - 4))
+	size_t header_len = HEADER_LEN_OF(version);
+	if (size != header_len + 3 * SECTION_LEN)
+		return 0;
+	if (memcmp(data, "DOSCKPT\0", 8) != 0 || u32_at(data, 12) != 0x01020304u || u32_at(data, 16) != header_len)
+		return 0;
+	if (ref_crc32c(data, header_len - 4) != u32_at(data, header_len - 4))
 		return 0;
 	if (u32_at(data, 20) != NTENSORS || u64_at(data, 24) != NPARAMS || u64_at(data, 32) != SUBGROUP ||
 	    u32_at(data, 40) != DOS_FP32 || u32_at(data, 44) != DOS_FP32 || u64_at(data, 144) != 0 ||
 	    u64_at(data, 152) != NPARAMS)
 		return 0;
 	for (int i = 0; i < NTENSORS; i++)
-		if (u64_at(data, HEADER_FIXED + 8 * (size_t)i) != expect_numel[i])
+		if (u64_at(data, NUMEL_AT(version) + 8 * (size_t)i) != expect_numel[i])
 			return 0;
 	for (int s = 0; s < 3; s++) {
-		size_t off = HEADER_LEN + (size_t)s * SECTION_LEN;
+		size_t off = header_len + (size_t)s * SECTION_LEN;
 		if (memcmp(data + off, section_tags[s], 8) != 0 || u64_at(data, off + 8) != 4 * NPARAMS)
 			return 0;
 		if (ref_crc32c(data + off, SECTION_LEN - 4) != u32_at(data, off + SECTION_LEN - 4))
@@ -118,11 +124,12 @@ static int oracle_valid(const unsigned char *data, size_t size)
 /* ---- the sharded checkpoint beside the input ---------------------------------------------- */
 
 #define SHARD_STEP 5
-#define MANIFEST_LEN (40 + 2 * 32 + 4)
+/* a manifest: version 2 (the run's identity at 40, entries from 56), version 1 (from 40) */
+#define MANIFEST_ENTRIES_AT(version) ((version) >= 2 ? 56 : 40)
 static const uint64_t shard_begin[3] = {0, 20, NPARAMS};
 static float shard_arrays[3][NPARAMS]; /* master, m, v of the whole layout */
 static uint32_t shard_crcs[2][4];      /* each shard's header and sections' CRCs */
-static unsigned char shard_header[160];
+static unsigned char shard_header[HEADER_LEN];
 
 static int is_manifest(const unsigned char *data, size_t size)
 {
@@ -132,12 +139,14 @@ static int is_manifest(const unsigned char *data, size_t size)
 /* Whether `data` is a valid manifest of the two shards beside it. */
 static int oracle_valid_manifest(const unsigned char *data, size_t size)
 {
-	if (size != MANIFEST_LEN || !is_manifest(data, size) || u32_at(data, 8) != 1 ||
-	    u32_at(data, 12) != 0x01020304u || u32_at(data, 16) != 2 || u64_at(data, 24) != NPARAMS ||
-	    u64_at(data, 32) != SHARD_STEP || ref_crc32c(data, size - 4) != u32_at(data, size - 4))
+	uint32_t version = size >= 12 ? u32_at(data, 8) : 0;
+	if ((version != 1 && version != 2) || size != MANIFEST_ENTRIES_AT(version) + 2 * 32 + 4 ||
+	    !is_manifest(data, size) || u32_at(data, 12) != 0x01020304u || u32_at(data, 16) != 2 ||
+	    u64_at(data, 24) != NPARAMS || u64_at(data, 32) != SHARD_STEP ||
+	    ref_crc32c(data, size - 4) != u32_at(data, size - 4))
 		return 0;
 	for (int i = 0; i < 2; i++) {
-		const unsigned char *e = data + 40 + 32 * i;
+		const unsigned char *e = data + MANIFEST_ENTRIES_AT(version) + 32 * i;
 		if (u64_at(e, 0) != shard_begin[i] || u64_at(e, 8) != shard_begin[i + 1] - shard_begin[i])
 			return 0;
 		for (int k = 0; k < 4; k++)
@@ -279,6 +288,9 @@ static void check_one(const unsigned char *data, size_t size)
 			(uint32_t)got.hp.mode == u32_at(data, 84) && got.seed == u64_at(data, 88) &&
 			got.data_rng == u64_at(data, 96),
 		"the progress fields of *got differ from the header's");
+	static const unsigned char unknown_run[16];
+	REQUIRE(memcmp(got.run.bytes, u32_at(data, 8) >= 3 ? data + 160 : unknown_run, 16) == 0,
+		"the run of *got differs from the header's");
 	const double *doubles[] = {&got.loss_scale, &got.hp.lr,  &got.hp.beta1,
 				   &got.hp.beta2,   &got.hp.eps, &got.hp.weight_decay};
 	const size_t double_offs[] = {72, 104, 112, 120, 128, 136};
@@ -286,7 +298,8 @@ static void check_one(const unsigned char *data, size_t size)
 		REQUIRE(memcmp(doubles[i], data + double_offs[i], 8) == 0, "double field at offset %zu differs",
 			double_offs[i]);
 	for (int s = 0; s < 3 && !manifest; s++)
-		REQUIRE(memcmp(arrays[s], data + HEADER_LEN + (size_t)s * SECTION_LEN + 16, 4 * NPARAMS) == 0,
+		REQUIRE(memcmp(arrays[s], data + HEADER_LEN_OF(u32_at(data, 8)) + (size_t)s * SECTION_LEN + 16,
+			       4 * NPARAMS) == 0,
 			"section %d's data differ from the file's", s);
 }
 

@@ -1,0 +1,24 @@
+/* Where a run writes: folders made with their parents, and outputs checked before any
+ * work, so that a bad path is refused at once instead of after hours of training. Each
+ * returns 0 or a negative errno and writes what went wrong, naming the path, into
+ * why (size bytes). */
+#ifndef DOS_FILES_H
+#define DOS_FILES_H
+
+#include <stddef.h>
+
+/* Creates the folder `path` and its missing parents (mode 0755 before the umask); one
+ * that exists is fine. -ENOTDIR when `path` or a parent is something else. */
+int _dos_make_folder(const char *path, char *why, size_t size);
+
+/* Whether a file can be created in the folder `path`: creates and removes a probe file
+ * there (access() alone says yes to root on a read-only mount, or no for ACLs it
+ * misjudges). */
+int _dos_check_writable_folder(const char *path, char *why, size_t size);
+
+/* Whether `path` can be written as a file: not empty, not a folder or any other
+ * non-regular file when it exists, in a folder that exists and takes new files. Creates
+ * nothing there (the probe is removed). */
+int _dos_check_output_file(const char *path, char *why, size_t size);
+
+#endif /* DOS_FILES_H */

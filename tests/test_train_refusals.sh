@@ -1,0 +1,112 @@
+#!/bin/sh
+# dos-train refuses what cannot work before any work, naming the option (or variable) and
+# the value, and reads numbers in base 10 only:
+#  1. every output is checked before StarPU starts: --plot (an SVG file name, in a folder
+#     that takes files), --dump, --trace (a folder; a file there is refused),
+#     --checkpoint-dir (one that cannot take files), all named with their path;
+#  2. --data must be a regular file: a FIFO would block, a folder fail late;
+#  3. STARPU_SCHED naming no policy is refused as --policy is (StarPU would run its
+#     default and say nothing), and the header names the policy that runs;
+#  4. STARPU_NCPU=0 says what starpu_init's failure means and which setting caused it;
+#  5. numbers are decimal: --steps 010 is ten steps, --seed 010 seed ten, 0x3 refused.
+set -u
+train=./dos-train
+# shellcheck source=tests/test_lib.sh
+. "$(dirname "$0")/test_lib.sh"
+
+# refused OPTION-OR-TEXT... -- ARGS: exits 2, prints each text, and never started StarPU
+# (the header comes after it) nor trained
+refused() {
+	texts=
+	while [ "$1" != -- ]; do
+		texts="$texts
+$1"
+		shift
+	done
+	shift
+	if timeout 60 $train --preset tiny --steps 2 --quiet "$@" >"$work/log" 2>&1; then
+		fail "dos-train $* was accepted"
+	fi
+	echo "$texts" | while IFS= read -r want; do
+		[ -z "$want" ] || grep -qF -- "$want" "$work/log" || fail "dos-train $*: no '$want' in: $(cat "$work/log")"
+	done || exit 1
+	grep -q 'model (V\|^step\|^summary' "$work/log" && fail "dos-train $*: refused after starting: $(cat "$work/log")"
+	return 0
+}
+
+# ---- 1. outputs -------------------------------------------------------------------------
+refused "--plot '/nonexistent/x.svg'" "the folder /nonexistent" -- --plot /nonexistent/x.svg
+refused "--plot '$work'" "ending in .svg" -- --plot "$work"
+mkdir "$work/dir.svg"
+refused "--plot '$work/dir.svg'" "is a folder" -- --plot "$work/dir.svg"
+refused "--plot ''" "empty" -- --plot ""
+refused "--plot '$work/x.png'" "the picture is SVG" -- --plot "$work/x.png"
+refused "--dump '/nonexistent/x'" "the folder /nonexistent" -- --dump /nonexistent/x
+refused "--dump '$work'" "is a folder" -- --dump "$work"
+: >"$work/file"
+if $train --preset tiny --steps 1 --quiet --trace "$work/t" >"$work/log" 2>&1 || ! grep -q 'without FxT' "$work/log"; then
+	refused "--trace $work/file" "not a folder" -- --trace "$work/file"
+	refused "--trace $work/file/sub" "not a folder" -- --trace "$work/file/sub"
+fi
+refused "--checkpoint-dir $work/file" "not a folder" -- --checkpoint-dir "$work/file"
+if [ "$(id -u)" = 0 ]; then # root writes anywhere a mode allows: a folder of sysfs does not take files
+	refused "--checkpoint-dir /sys/kernel" "cannot create files in the folder /sys/kernel" -- --checkpoint-dir /sys/kernel
+else
+	mkdir "$work/ro" && chmod a-w "$work/ro"
+	refused "--checkpoint-dir $work/ro" "cannot create files in the folder $work/ro" -- --checkpoint-dir "$work/ro"
+fi
+# a file's folder is not made for it, and nothing is made before the refusal
+refused "--plot '$work/p/q/last.svg'" "the folder $work/p/q" -- --plot "$work/p/q/last.svg" --checkpoint-dir "$work/c/d"
+[ -e "$work/p" ] || [ -e "$work/c" ] && fail "a refused run made folders: $(ls "$work")"
+# and what is right is written where it was asked, folders made with their parents
+$train --preset tiny --steps 2 --quiet --plot "$work/last.SVG" --dump "$work/out.bin" --checkpoint-dir "$work/c/d" \
+	>"$work/log" 2>&1 || fail "good outputs refused: $(cat "$work/log")"
+[ -s "$work/last.SVG" ] && [ -s "$work/out.bin" ] && [ -f "$work/c/d/checkpoint-2.dos" ] ||
+	fail "outputs missing: $(ls -R "$work")"
+echo "outputs: --plot, --dump, --trace and --checkpoint-dir checked before StarPU starts, each named with its path"
+
+# ---- 2. --data --------------------------------------------------------------------------
+mkfifo "$work/fifo"
+refused "--data $work/fifo" "not a regular file" "FIFO" -- --data "$work/fifo"
+refused "--data $work" "not a regular file" "folder" -- --data "$work"
+refused "--data $work/none" "No such file" -- --data "$work/none"
+echo "--data: a FIFO, a folder and a missing file refused at once"
+
+# ---- 3. STARPU_SCHED ----------------------------------------------------------------------
+export STARPU_SCHED=nonsense
+refused "STARPU_SCHED = 'nonsense': not one of ours nor a StarPU policy" "dmda" --
+unset STARPU_SCHED
+refused "--policy = 'nonsense'" "StarPU would run" -- --policy nonsense
+STARPU_SCHED=eager $train --preset tiny --steps 1 --quiet >"$work/log" 2>&1 || fail "STARPU_SCHED=eager failed"
+grep -q 'policy eager,' "$work/log" || fail "STARPU_SCHED=eager: header $(grep steps "$work/log")"
+STARPU_SCHED=all-cpu $train --preset tiny --steps 1 --quiet --policy dmda >"$work/log" 2>&1 ||
+	fail "STARPU_SCHED=all-cpu (ours) failed: $(cat "$work/log")"
+grep -q 'policy all-cpu,' "$work/log" || fail "STARPU_SCHED=all-cpu: header $(grep steps "$work/log")"
+echo "STARPU_SCHED: an unknown name refused, ours and StarPU's run and are reported"
+
+# ---- 4. no worker -------------------------------------------------------------------------
+if STARPU_NCPU=0 STARPU_NCUDA=0 $train --preset tiny --steps 1 --quiet >"$work/log" 2>&1; then
+	fail "STARPU_NCPU=0 ran"
+fi
+grep -q 'found no worker' "$work/log" && grep -q 'STARPU_NCPU=0' "$work/log" ||
+	fail "STARPU_NCPU=0: $(cat "$work/log")"
+echo "STARPU_NCPU=0: the failure explained, the setting named"
+
+# ---- 5. base 10 ---------------------------------------------------------------------------
+$train --preset tiny --steps 010 --quiet >"$work/log" 2>&1 || fail "--steps 010: $(cat "$work/log")"
+grep -q '10 steps of' "$work/log" || fail "--steps 010: $(grep 'steps of' "$work/log")"
+$train --preset tiny --steps 09 --quiet >"$work/log" 2>&1 && grep -q '9 steps of' "$work/log" ||
+	fail "--steps 09: $(cat "$work/log")"
+for opt in "--steps 0x3" "--seed 0x10" "--subgroup-size 1e3" "--steps +3" "--steps ' 3'" "--eval-batches 2k" \
+	"--steps 99999999999999999999"; do
+	eval "set -- $opt"
+	refused "--${1#--} = '$2': expected a whole number in base 10" -- "$@"
+done
+$train --preset tiny --steps 2 --quiet --seed 010 --dump "$work/a.bin" >/dev/null 2>&1 &&
+	$train --preset tiny --steps 2 --quiet --seed 10 --dump "$work/b.bin" >/dev/null 2>&1 &&
+	$train --preset tiny --steps 2 --quiet --seed 8 --dump "$work/c.bin" >/dev/null 2>&1 || fail "--seed runs failed"
+cmp -s "$work/a.bin" "$work/b.bin" && ! cmp -s "$work/a.bin" "$work/c.bin" || fail "--seed 010 is not seed 10"
+DOS_STRIDE_K=0x3 $train --preset tiny --steps 1 --quiet --policy stride >"$work/log" 2>&1 || fail "stride run failed"
+grep -q "DOS_STRIDE_K = '0x3' is not a whole number in base 10" "$work/log" ||
+	fail "DOS_STRIDE_K=0x3 not refused: $(cat "$work/log")"
+echo "numbers: decimal only (010 is ten; hexadecimal, signs, spaces, exponents refused), options and variables"
