@@ -132,6 +132,7 @@ for preset, accumulate in dict.fromkeys((r['preset'], r['accumulate']) for r in 
             wall, rss = max(wall, int(r['wall_s'])), max(rss, float(r['peak_rss_gib']))
         print(f"| {n} | {exchange} | " + ' | '.join(cells) + f" | {tail} | {wall}, {rss:.1f} |")
 print(f"\nSteady iteration: the median of the last {int(steps) - 1} intervals between consecutive steps' losses; "
-      "efficiency: the same policy's time on 1 node over this one (the per-rank work is the same). "
+      "efficiency: the same policy's time on 1 node over this one (the same micro-batches per rank; each "
+      "rank's share of the updates shrinks as 1/N). "
       "Peak RSS counts a folded page once per mapping of it, so it exceeds the memory the simulation really uses.")
 PY
