@@ -702,10 +702,11 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 	struct dos_sched_stats stats;
 	if (_dos_sched_ctx_is_ours(0) &&
 	    dos_sched_get_stats(0, &stats) == 0) /* one of our policies: its decision cost */
-		printf("# %s: decision cost %.2f us per task placed (%lu tasks), planning %.3f ms per step (%lu "
-		       "subgroups)\n",
+		printf("# %s: decision cost %.2f us per task placed (%lu tasks), %lu plans for %d steps (one "
+		       "each: the step contract of dos.h), planning %.3f ms per plan (%lu subgroups)\n",
 		       policy, 1e6 * stats.decision_seconds / (double)(stats.decisions ? stats.decisions : 1),
-		       stats.decisions, 1e3 * stats.plan_seconds / (double)(stats.plans ? stats.plans : 1),
+		       stats.decisions, stats.plans, o->steps + 1,
+		       1e3 * stats.plan_seconds / (double)(stats.plans ? stats.plans : 1),
 		       (unsigned long)stats.last_subgroups);
 	fflush(stdout);
 	unregister_state(&s);

@@ -32,12 +32,11 @@ static void adam_cpu(void *buffers[], void *cl_arg)
 {
 	const struct adam_args *a = cl_arg;
 	uint32_t nonfinite = _dos_cpu_kernels_selected()->adam(
-		&a->step, (float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_MASTER]),
-		(float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_M]),
-		(float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_V]),
-		(const void *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_GRAD]), a->grad_dtype,
-		a->has_weight16 ? (void *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_WEIGHT16]) : NULL, a->weight_dtype,
-		STARPU_VECTOR_GET_NX(buffers[DOS_ADAM_BUF_MASTER]));
+		&a->step, (float *)_dos_buffer_ptr(buffers[DOS_ADAM_BUF_MASTER]),
+		(float *)_dos_buffer_ptr(buffers[DOS_ADAM_BUF_M]), (float *)_dos_buffer_ptr(buffers[DOS_ADAM_BUF_V]),
+		(const void *)_dos_buffer_ptr(buffers[DOS_ADAM_BUF_GRAD]), a->grad_dtype,
+		a->has_weight16 ? (void *)_dos_buffer_ptr(buffers[DOS_ADAM_BUF_WEIGHT16]) : NULL, a->weight_dtype,
+		_dos_buffer_count(buffers[DOS_ADAM_BUF_MASTER], sizeof(float)));
 	if (a->has_flag)
 		*(uint32_t *)STARPU_VARIABLE_GET_PTR(buffers[flag_buffer(a)]) = nonfinite;
 }
@@ -46,15 +45,14 @@ static void adam_cpu(void *buffers[], void *cl_arg)
 static void adam_cuda(void *buffers[], void *cl_arg)
 {
 	const struct adam_args *a = cl_arg;
-	DOS_CUDA_CHECK(
-		_dos_adam_cuda(&a->step, (float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_MASTER]),
-			       (float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_M]),
-			       (float *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_V]),
-			       (const void *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_GRAD]), a->grad_dtype,
-			       a->has_weight16 ? (void *)STARPU_VECTOR_GET_PTR(buffers[DOS_ADAM_BUF_WEIGHT16]) : NULL,
-			       a->weight_dtype, STARPU_VECTOR_GET_NX(buffers[DOS_ADAM_BUF_MASTER]),
-			       a->has_flag ? (uint32_t *)STARPU_VARIABLE_GET_PTR(buffers[flag_buffer(a)]) : NULL,
-			       starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(_dos_adam_cuda(&a->step, (float *)_dos_buffer_ptr(buffers[DOS_ADAM_BUF_MASTER]),
+				      (float *)_dos_buffer_ptr(buffers[DOS_ADAM_BUF_M]),
+				      (float *)_dos_buffer_ptr(buffers[DOS_ADAM_BUF_V]),
+				      (const void *)_dos_buffer_ptr(buffers[DOS_ADAM_BUF_GRAD]), a->grad_dtype,
+				      a->has_weight16 ? (void *)_dos_buffer_ptr(buffers[DOS_ADAM_BUF_WEIGHT16]) : NULL,
+				      a->weight_dtype, _dos_buffer_count(buffers[DOS_ADAM_BUF_MASTER], sizeof(float)),
+				      a->has_flag ? (uint32_t *)STARPU_VARIABLE_GET_PTR(buffers[flag_buffer(a)]) : NULL,
+				      starpu_cuda_get_local_stream()));
 }
 #endif
 
@@ -124,7 +122,7 @@ int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t 
 		size_t elemsize = i < DOS_ADAM_STATE_BUFFERS ? sizeof(float)
 				  : i == DOS_ADAM_BUF_GRAD   ? dos_dtype_size(grad_dtype)
 							     : dos_dtype_size(weight_dtype);
-		if ((err = _dos_check_vector(__func__, names[i], handles[i], elemsize, &n[i])))
+		if ((err = _dos_check_contiguous(__func__, names[i], handles[i], elemsize, &n[i])))
 			return err;
 		if (n[i] != n[DOS_ADAM_BUF_MASTER])
 			return DOS_FAIL(-EINVAL, "%s has %u elements but master has %u", names[i], n[i],
@@ -191,7 +189,7 @@ int _dos_adam_task_info(const struct starpu_task *task, uint64_t *step, enum dos
 	*step = a->step.step;
 	*grad_dtype = a->grad_dtype;
 	*weight_dtype = a->has_weight16 ? a->weight_dtype : DOS_FP32;
-	*params = starpu_vector_get_nx(STARPU_TASK_GET_HANDLE(task, DOS_ADAM_BUF_MASTER));
+	*params = _dos_handle_count(STARPU_TASK_GET_HANDLE(task, DOS_ADAM_BUF_MASTER), sizeof(float));
 	return 0;
 }
 

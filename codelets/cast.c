@@ -10,18 +10,16 @@
 static void cast_cpu(void *buffers[], void *cl_arg)
 {
 	const enum dos_dtype *dt = cl_arg;
-	_dos_cpu_kernels_selected()->cast((const float *)STARPU_VECTOR_GET_PTR(buffers[0]),
-					  (void *)STARPU_VECTOR_GET_PTR(buffers[1]), *dt,
-					  STARPU_VECTOR_GET_NX(buffers[0]));
+	_dos_cpu_kernels_selected()->cast((const float *)_dos_buffer_ptr(buffers[0]), _dos_buffer_ptr(buffers[1]), *dt,
+					  _dos_buffer_count(buffers[0], sizeof(float)));
 }
 
 #ifdef DOS_USE_CUDA
 static void cast_cuda(void *buffers[], void *cl_arg)
 {
 	const enum dos_dtype *dt = cl_arg;
-	DOS_CUDA_CHECK(_dos_cast_cuda((const float *)STARPU_VECTOR_GET_PTR(buffers[0]),
-				      (void *)STARPU_VECTOR_GET_PTR(buffers[1]), *dt, STARPU_VECTOR_GET_NX(buffers[0]),
-				      starpu_cuda_get_local_stream()));
+	DOS_CUDA_CHECK(_dos_cast_cuda((const float *)_dos_buffer_ptr(buffers[0]), _dos_buffer_ptr(buffers[1]), *dt,
+				      _dos_buffer_count(buffers[0], sizeof(float)), starpu_cuda_get_local_stream()));
 }
 #endif
 
@@ -35,8 +33,8 @@ int dos_cast_task_create(starpu_data_handle_t master, starpu_data_handle_t weigh
 	if (!task_out)
 		return DOS_FAIL(-EINVAL, "task_out is NULL");
 	if ((err = _dos_check_dtype(__func__, "weight_dtype", weight_dtype, 1)) ||
-	    (err = _dos_check_vector(__func__, "master", master, sizeof(float), &n_master)) ||
-	    (err = _dos_check_vector(__func__, "weight16", weight16, 2, &n_weight)))
+	    (err = _dos_check_contiguous(__func__, "master", master, sizeof(float), &n_master)) ||
+	    (err = _dos_check_contiguous(__func__, "weight16", weight16, 2, &n_weight)))
 		return err;
 	if (n_weight != n_master)
 		return DOS_FAIL(-EINVAL, "weight16 has %u elements but master has %u", n_weight, n_master);

@@ -6,18 +6,141 @@
 #include "codelet_util.h"
 #include "errors.h"
 
-int _dos_check_vector(const char *function, const char *name, starpu_data_handle_t h, size_t elemsize, uint32_t *nx)
+/* The layout of one copy of a handle: element size, count, and whether any padding
+ * separates its rows, planes or cubes. -1 for an interface that is not one of ours. */
+static int layout_of(void *iface, size_t *elemsize, uint64_t *count, int *padded)
+{
+	*padded = 0;
+	switch (*(enum starpu_data_interface_id *)iface) {
+	case STARPU_VECTOR_INTERFACE_ID:
+		*elemsize = STARPU_VECTOR_GET_ELEMSIZE(iface);
+		*count = STARPU_VECTOR_GET_NX(iface);
+		return 0;
+	case STARPU_VARIABLE_INTERFACE_ID: /* its "element" is the whole variable */
+		*elemsize = STARPU_VARIABLE_GET_ELEMSIZE(iface);
+		*count = 1;
+		return 0;
+	case STARPU_MATRIX_INTERFACE_ID: {
+		uint64_t nx = STARPU_MATRIX_GET_NX(iface), ny = STARPU_MATRIX_GET_NY(iface);
+		*elemsize = STARPU_MATRIX_GET_ELEMSIZE(iface);
+		*count = nx * ny;
+		*padded = ny > 1 && STARPU_MATRIX_GET_LD(iface) != nx;
+		return 0;
+	}
+	case STARPU_BLOCK_INTERFACE_ID: {
+		uint64_t nx = STARPU_BLOCK_GET_NX(iface), ny = STARPU_BLOCK_GET_NY(iface),
+			 nz = STARPU_BLOCK_GET_NZ(iface);
+		*elemsize = STARPU_BLOCK_GET_ELEMSIZE(iface);
+		*count = nx * ny * nz;
+		*padded = (ny > 1 && STARPU_BLOCK_GET_LDY(iface) != nx) ||
+			  (nz > 1 && STARPU_BLOCK_GET_LDZ(iface) != nx * ny);
+		return 0;
+	}
+	case STARPU_TENSOR_INTERFACE_ID: {
+		uint64_t nx = STARPU_TENSOR_GET_NX(iface), ny = STARPU_TENSOR_GET_NY(iface),
+			 nz = STARPU_TENSOR_GET_NZ(iface), nt = STARPU_TENSOR_GET_NT(iface);
+		*elemsize = STARPU_TENSOR_GET_ELEMSIZE(iface);
+		*count = nx * ny * nz * nt;
+		*padded = (ny > 1 && STARPU_TENSOR_GET_LDY(iface) != nx) ||
+			  (nz > 1 && STARPU_TENSOR_GET_LDZ(iface) != nx * ny) ||
+			  (nt > 1 && STARPU_TENSOR_GET_LDT(iface) != nx * ny * nz);
+		return 0;
+	}
+	default:
+		return -1;
+	}
+}
+
+static const char *interface_name(enum starpu_data_interface_id id)
+{
+	switch (id) {
+	case STARPU_VECTOR_INTERFACE_ID:
+		return "vector";
+	case STARPU_VARIABLE_INTERFACE_ID:
+		return "variable";
+	case STARPU_MATRIX_INTERFACE_ID:
+		return "matrix";
+	case STARPU_BLOCK_INTERFACE_ID:
+		return "block";
+	case STARPU_TENSOR_INTERFACE_ID:
+		return "tensor";
+	default:
+		return "unsupported";
+	}
+}
+
+int _dos_check_contiguous(const char *function, const char *name, starpu_data_handle_t h, size_t elemsize,
+			  uint32_t *count)
 {
 	if (!h)
 		return _dos_fail(-EINVAL, function, "%s is NULL", name);
-	if (starpu_data_get_interface_id(h) != STARPU_VECTOR_INTERFACE_ID)
-		return _dos_fail(-EINVAL, function, "%s is not a vector handle (interface id %d)", name,
-				 (int)starpu_data_get_interface_id(h));
-	size_t got = starpu_vector_get_elemsize(h);
-	if (got != elemsize)
-		return _dos_fail(-EINVAL, function, "%s has %zu-byte elements, expected %zu", name, got, elemsize);
-	*nx = starpu_vector_get_nx(h);
+	enum starpu_data_interface_id id = starpu_data_get_interface_id(h);
+	/* the home copy is the application's layout; a handle with no home gets packed
+	 * copies only, wherever StarPU allocates them */
+	int home = starpu_data_get_home_node(h);
+	void *iface = starpu_data_get_interface_on_node(h, home >= 0 ? (unsigned)home : STARPU_MAIN_RAM);
+	size_t got;
+	uint64_t n;
+	int padded;
+	if (layout_of(iface, &got, &n, &padded))
+		return _dos_fail(-EINVAL, function,
+				 "%s has interface id %d: expected a vector, variable, matrix, block or tensor handle",
+				 name, (int)id);
+	if (padded)
+		return _dos_fail(-EINVAL, function,
+				 "%s is a %s handle with padding between its rows (leading dimensions larger than "
+				 "the sizes): its elements are not contiguous",
+				 name, interface_name(id));
+	if (id == STARPU_VARIABLE_INTERFACE_ID) {
+		if (got % elemsize)
+			return _dos_fail(-EINVAL, function,
+					 "%s is a variable of %zu bytes, not a whole number of %zu-byte elements", name,
+					 got, elemsize);
+		n = got / elemsize;
+	} else if (got != elemsize)
+		return _dos_fail(-EINVAL, function, "%s is a %s of %zu-byte elements, expected %zu%s", name,
+				 interface_name(id), got, elemsize,
+				 got == 8 ? " (fp64 is not supported: fp32, fp16 or bf16)" : "");
+	if (n == 0 || n > UINT32_MAX)
+		return _dos_fail(-EINVAL, function, "%s holds %llu elements, expected 1 to 2^32 - 1", name,
+				 (unsigned long long)n);
+	*count = (uint32_t)n;
 	return 0;
+}
+
+uint32_t _dos_handle_count(starpu_data_handle_t h, size_t elemsize)
+{
+	return (uint32_t)(starpu_data_get_size(h) / elemsize);
+}
+
+void *_dos_buffer_ptr(void *iface)
+{
+	switch (*(enum starpu_data_interface_id *)iface) {
+	case STARPU_VECTOR_INTERFACE_ID:
+		return (void *)STARPU_VECTOR_GET_PTR(iface);
+	case STARPU_VARIABLE_INTERFACE_ID:
+		return (void *)STARPU_VARIABLE_GET_PTR(iface);
+	case STARPU_MATRIX_INTERFACE_ID:
+		return (void *)STARPU_MATRIX_GET_PTR(iface);
+	case STARPU_BLOCK_INTERFACE_ID:
+		return (void *)STARPU_BLOCK_GET_PTR(iface);
+	case STARPU_TENSOR_INTERFACE_ID:
+		return (void *)STARPU_TENSOR_GET_PTR(iface);
+	default:
+		STARPU_ABORT_MSG("a starpu-dos codelet got a buffer of interface id %d",
+				 (int)*(enum starpu_data_interface_id *)iface);
+		return NULL;
+	}
+}
+
+uint32_t _dos_buffer_count(void *iface, size_t elemsize)
+{
+	size_t size;
+	uint64_t n;
+	int padded;
+	int bad = layout_of(iface, &size, &n, &padded);
+	STARPU_ASSERT_MSG(!bad && !padded, "a starpu-dos codelet got a padded or unknown buffer");
+	return (uint32_t)(n * size / elemsize);
 }
 
 int _dos_check_dtype(const char *function, const char *name, enum dos_dtype dtype, int sixteen_bit_only)

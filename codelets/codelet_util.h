@@ -13,9 +13,21 @@
 
 #include "dos.h"
 
-/* Checks that `h` (named `name` in messages) is a registered vector of `elemsize`-byte
- * elements; stores its length in *nx. Returns 0 or -EINVAL with the message recorded. */
-int _dos_check_vector(const char *function, const char *name, starpu_data_handle_t h, size_t elemsize, uint32_t *nx);
+/* Checks that `h` (named `name` in messages) is registered data whose elements of
+ * `elemsize` bytes lie in one contiguous block: a vector, a variable (of a whole number of
+ * elements), or a matrix, block or tensor without padding between rows, planes or cubes
+ * (every copy StarPU allocates itself is packed; the home copy must be too). Stores the
+ * element count in *count. Returns 0 or -EINVAL naming the handle, its interface, and
+ * what is wrong (fp64 data shows as 8-byte elements where 4 or 2 were expected). */
+int _dos_check_contiguous(const char *function, const char *name, starpu_data_handle_t h, size_t elemsize,
+			  uint32_t *count);
+/* The elements of a handle that _dos_check_contiguous accepted, of `elemsize` bytes. */
+uint32_t _dos_handle_count(starpu_data_handle_t h, size_t elemsize);
+/* Inside a codelet: the first element and the element count of buffer `iface`, a data
+ * interface of the kinds _dos_check_contiguous accepts (checked at task creation; a
+ * padded copy here would be a StarPU bug, which aborts). */
+void *_dos_buffer_ptr(void *iface);
+uint32_t _dos_buffer_count(void *iface, size_t elemsize);
 /* Checks that `dtype` is a valid enum dos_dtype and, when `sixteen_bit_only`, fp16 or bf16. */
 int _dos_check_dtype(const char *function, const char *name, enum dos_dtype dtype, int sixteen_bit_only);
 /* Checks that the n handles are pairwise distinct (an in-place alias would race). */

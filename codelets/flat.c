@@ -60,7 +60,7 @@ static void **buffer_pointers(void *buffers[])
 	if (!pointers)
 		STARPU_ABORT_MSG("out of memory for %u buffer pointers", n);
 	for (unsigned b = 0; b < n; b++)
-		pointers[b] = (void *)STARPU_VECTOR_GET_PTR(buffers[b]);
+		pointers[b] = _dos_buffer_ptr(buffers[b]);
 	return pointers;
 }
 
@@ -105,12 +105,36 @@ struct starpu_codelet _dos_batch_codelet = {
 	.model = &batch_model,
 };
 
-/* A task of `cl` on `nw` handles written, then `nr` read (any number: dynamic handles
- * beyond StarPU's static ones), in context `sched_ctx`, with cl_arg `args` (freed with
- * the task). Returns NULL (args freed) when memory runs out. */
-static struct starpu_task *task_on_handles(struct starpu_codelet *cl, const starpu_data_handle_t *written, uint32_t nw,
-					   const starpu_data_handle_t *read, uint32_t nr, unsigned sched_ctx,
-					   void *args, size_t args_size)
+/* StarPU reads the target node of each buffer of a task from its codelet
+ * (STARPU_CODELET_GET_NODE: dyn_nodes when set, else the STARPU_NMAXBUFS nodes of the
+ * codelet itself), for every buffer, specific nodes or not: a gather or refresh of more
+ * pieces than that, or a sum of more partials, would read past the codelet (a crash with
+ * tens of thousands of subgroups of one tensor). So the codelet gets dyn_nodes as long as
+ * its longest task (*covered of them so far); they only grow, and older arrays are never
+ * freed, as a task being submitted elsewhere may be reading one. */
+static void cover_buffers(struct starpu_codelet *cl, int *covered, int nbuffers)
+{
+	static starpu_pthread_mutex_t lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
+	STARPU_PTHREAD_MUTEX_LOCK(&lock);
+	if (nbuffers > *covered) {
+		int n = nbuffers > 2 * *covered ? nbuffers : 2 * *covered;
+		int *nodes = malloc((size_t)n * sizeof *nodes);
+		STARPU_ASSERT_MSG(nodes, "out of memory for the target nodes of %d buffers", n);
+		for (int i = 0; i < n; i++)
+			nodes[i] = STARPU_SPECIFIC_NODE_LOCAL;
+		__atomic_store_n(&cl->dyn_nodes, nodes, __ATOMIC_RELEASE);
+		*covered = n;
+	}
+	STARPU_PTHREAD_MUTEX_UNLOCK(&lock);
+}
+
+/* A task of `cl` (whose dyn_nodes cover *covered buffers: cover_buffers) on `nw` handles
+ * written, then `nr` read (any number: dynamic handles beyond StarPU's static ones), in
+ * context `sched_ctx`, with cl_arg `args` (freed with the task). Returns NULL (args freed)
+ * when memory runs out. */
+static struct starpu_task *task_on_handles(struct starpu_codelet *cl, int *covered, const starpu_data_handle_t *written,
+					   uint32_t nw, const starpu_data_handle_t *read, uint32_t nr,
+					   unsigned sched_ctx, void *args, size_t args_size)
 {
 	struct starpu_task *task = starpu_task_create();
 	if (!task) {
@@ -123,6 +147,7 @@ static struct starpu_task *task_on_handles(struct starpu_codelet *cl, const star
 	task->cl_arg_free = 1;
 	task->sched_ctx = sched_ctx;
 	task->nbuffers = (int)(nw + nr);
+	cover_buffers(cl, covered, task->nbuffers);
 	if (task->nbuffers > STARPU_NMAXBUFS) {
 		task->dyn_handles = malloc(task->nbuffers * sizeof *task->dyn_handles);
 		task->dyn_modes = malloc(task->nbuffers * sizeof *task->dyn_modes);
@@ -153,8 +178,9 @@ int _dos_flat_copy_task_create(const starpu_data_handle_t *destinations, uint32_
 	args->npieces = npieces;
 	args->ndestinations = ndestinations;
 	memcpy(args->pieces, pieces, npieces * sizeof *pieces);
-	*task_out = task_on_handles(&_dos_flat_copy_codelet, destinations, ndestinations, sources, nsources, sched_ctx,
-				    args, size);
+	static int covered = STARPU_NMAXBUFS;
+	*task_out = task_on_handles(&_dos_flat_copy_codelet, &covered, destinations, ndestinations, sources, nsources,
+				    sched_ctx, args, size);
 	return *task_out ? 0 : -ENOMEM;
 }
 
@@ -189,7 +215,8 @@ int _dos_grad_sum_task_create(starpu_data_handle_t sum, enum dos_dtype sum_dtype
 		return -ENOMEM;
 	dtypes[0] = sum_dtype;
 	dtypes[1] = partial_dtype;
-	*task_out = task_on_handles(&_dos_grad_sum_codelet, &sum, 1, partials, npartials, sched_ctx, dtypes,
+	static int covered = STARPU_NMAXBUFS;
+	*task_out = task_on_handles(&_dos_grad_sum_codelet, &covered, &sum, 1, partials, npartials, sched_ctx, dtypes,
 				    2 * sizeof *dtypes);
 	return *task_out ? 0 : -ENOMEM;
 }

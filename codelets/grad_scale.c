@@ -16,16 +16,17 @@ struct grad_scale_args {
 static void grad_scale_cpu(void *buffers[], void *cl_arg)
 {
 	const struct grad_scale_args *a = cl_arg;
-	_dos_cpu_kernels_selected()->grad_scale((void *)STARPU_VECTOR_GET_PTR(buffers[0]), a->grad_dtype,
-						STARPU_VECTOR_GET_NX(buffers[0]), a->factor);
+	_dos_cpu_kernels_selected()->grad_scale(_dos_buffer_ptr(buffers[0]), a->grad_dtype,
+						_dos_buffer_count(buffers[0], dos_dtype_size(a->grad_dtype)),
+						a->factor);
 }
 
 #ifdef DOS_USE_CUDA
 static void grad_scale_cuda(void *buffers[], void *cl_arg)
 {
 	const struct grad_scale_args *a = cl_arg;
-	DOS_CUDA_CHECK(_dos_grad_scale_cuda((void *)STARPU_VECTOR_GET_PTR(buffers[0]), a->grad_dtype,
-					    STARPU_VECTOR_GET_NX(buffers[0]), a->factor,
+	DOS_CUDA_CHECK(_dos_grad_scale_cuda(_dos_buffer_ptr(buffers[0]), a->grad_dtype,
+					    _dos_buffer_count(buffers[0], dos_dtype_size(a->grad_dtype)), a->factor,
 					    starpu_cuda_get_local_stream()));
 }
 #endif
@@ -42,7 +43,7 @@ int dos_grad_scale_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dt
 	if (!isfinite(factor))
 		return DOS_FAIL(-EINVAL, "factor = %g must be finite", (double)factor);
 	if ((err = _dos_check_dtype(__func__, "grad_dtype", grad_dtype, 0)) ||
-	    (err = _dos_check_vector(__func__, "grad", grad, dos_dtype_size(grad_dtype), &n)))
+	    (err = _dos_check_contiguous(__func__, "grad", grad, dos_dtype_size(grad_dtype), &n)))
 		return err;
 	struct grad_scale_args args = {.grad_dtype = grad_dtype, .factor = factor};
 	struct starpu_task *task = _dos_task_with_args(__func__, &_dos_grad_scale_codelet, &args, sizeof args);

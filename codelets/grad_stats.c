@@ -11,8 +11,8 @@
 static void grad_stats_cpu(void *buffers[], void *cl_arg)
 {
 	const enum dos_dtype *gt = cl_arg;
-	_dos_cpu_kernels_selected()->grad_stats((const void *)STARPU_VECTOR_GET_PTR(buffers[0]), *gt,
-						STARPU_VECTOR_GET_NX(buffers[0]),
+	_dos_cpu_kernels_selected()->grad_stats((const void *)_dos_buffer_ptr(buffers[0]), *gt,
+						_dos_buffer_count(buffers[0], dos_dtype_size(*gt)),
 						(struct dos_grad_stats *)STARPU_VARIABLE_GET_PTR(buffers[1]));
 }
 
@@ -21,7 +21,7 @@ static void grad_stats_cuda(void *buffers[], void *cl_arg)
 {
 	const enum dos_dtype *gt = cl_arg;
 	DOS_CUDA_CHECK(_dos_grad_stats_cuda(
-		(const void *)STARPU_VECTOR_GET_PTR(buffers[0]), *gt, STARPU_VECTOR_GET_NX(buffers[0]),
+		(const void *)_dos_buffer_ptr(buffers[0]), *gt, _dos_buffer_count(buffers[0], dos_dtype_size(*gt)),
 		(struct dos_grad_stats *)STARPU_VARIABLE_GET_PTR(buffers[1]), starpu_cuda_get_local_stream()));
 }
 #endif
@@ -36,7 +36,7 @@ int dos_grad_stats_task_create(starpu_data_handle_t grad, enum dos_dtype grad_dt
 	if (!task_out)
 		return DOS_FAIL(-EINVAL, "task_out is NULL");
 	if ((err = _dos_check_dtype(__func__, "grad_dtype", grad_dtype, 0)) ||
-	    (err = _dos_check_vector(__func__, "grad", grad, dos_dtype_size(grad_dtype), &n)))
+	    (err = _dos_check_contiguous(__func__, "grad", grad, dos_dtype_size(grad_dtype), &n)))
 		return err;
 	if (!stats)
 		return DOS_FAIL(-EINVAL, "stats is NULL");

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "dos_policy.h"
 #include "codelet_util.h"
 #include "errors.h"
 #include "flat.h"
@@ -42,6 +43,15 @@ struct _dos_optimizer {
 	int copies_on_gpu;            /* gathers and refreshes run on CUDA workers (there are some) */
 	struct _dos_scatter *scatter; /* the chunks of a DOS_DP_SCATTER job (scatter.h), else NULL */
 };
+
+/* Tells a starpu-dos policy running the optimizer's context that the step's updates are
+ * all submitted (dos.h's step contract: one plan per step); called once at creation too,
+ * which tells it that every step will be announced. Other policies plan no steps. */
+static void announce_step(const struct _dos_optimizer *opt)
+{
+	if (_dos_sched_ctx_is_ours(opt->cfg.sched_ctx))
+		dos_sched_step_submitted(opt->cfg.sched_ctx);
+}
 
 static void submit_task(struct _dos_optimizer *opt, struct starpu_task *task, enum _dos_task_phase phase,
 			uint32_t subgroup)
@@ -113,8 +123,8 @@ int _dos_optimizer_config_check(const struct _dos_optimizer_config *c, uint64_t 
 	return 0;
 }
 
-/* Each tensor's weight and gradient handle: a vector of numel[t] elements of the tensor
- * dtypes' sizes (the gathers and refreshes copy exactly that many). */
+/* Each tensor's weight and gradient handle: contiguous data of numel[t] elements of the
+ * tensor dtypes' sizes (the gathers and refreshes copy exactly that many). */
 static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu_data_handle_t *weights,
 				starpu_data_handle_t *grads, size_t weight_elemsize, size_t grad_elemsize)
 {
@@ -125,8 +135,8 @@ static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu
 			char name[32];
 			uint32_t nx;
 			snprintf(name, sizeof name, "%s[%u]", list_names[l], t);
-			int err = _dos_check_vector("_dos_optimizer_create", name, lists[l][t],
-						    l ? grad_elemsize : weight_elemsize, &nx);
+			int err = _dos_check_contiguous("_dos_optimizer_create", name, lists[l][t],
+							l ? grad_elemsize : weight_elemsize, &nx);
 			if (err)
 				return err;
 			if (nx != numel[t])
@@ -135,6 +145,15 @@ static int check_tensor_handles(uint32_t ntensors, const uint64_t *numel, starpu
 		}
 	}
 	return 0;
+}
+
+/* Whether subgroup s updates from its tensor's gradient handle itself: it is exactly one
+ * tensor, whose gradient has the subgroup gradient's dtype, in a single process (in a
+ * data-parallel job the gathering rank sends subgroup gradients to their owners). */
+static int borrows_gradient(const struct _dos_optimizer *opt, uint32_t s)
+{
+	return opt->map.follows_tensors && _dos_dp_size(&opt->cfg.dp) == 1 &&
+	       opt->cfg.tensor_grad_dtype == opt->cfg.grad_dtype && _dos_subgroup_whole_tensor(&opt->map, s) >= 0;
 }
 
 /* Registers every subgroup's handles: its state where this rank keeps it (home in the
@@ -147,7 +166,7 @@ static void register_handles(struct _dos_optimizer *opt)
 	int sixteen = cfg->weight_dtype != DOS_FP32;
 	uint32_t N = opt->map.nsubgroups;
 	for (uint32_t s = 0; s < N; s++) {
-		uint64_t begin = (uint64_t)s * cfg->subgroup_size - opt->state_begin;
+		uint64_t begin = opt->map.subgroup_start[s] - opt->state_begin;
 		uint32_t len = (uint32_t)_dos_subgroup_len(&opt->map, s);
 		if (s >= opt->own_first && s < opt->own_end) { /* ours: the state lives here */
 			starpu_vector_data_register(&opt->master_h[s], STARPU_MAIN_RAM,
@@ -158,7 +177,10 @@ static void register_handles(struct _dos_optimizer *opt)
 						    sizeof(float));
 		} else if (!sixteen) /* receives the owner's updated weights */
 			starpu_vector_data_register(&opt->master_h[s], -1, 0, len, sizeof(float));
-		starpu_vector_data_register(&opt->grad_h[s], -1, 0, len, dos_dtype_size(cfg->grad_dtype));
+		if (borrows_gradient(opt, s))
+			opt->grad_h[s] = opt->tensor_grad[_dos_subgroup_whole_tensor(&opt->map, s)];
+		else
+			starpu_vector_data_register(&opt->grad_h[s], -1, 0, len, dos_dtype_size(cfg->grad_dtype));
 		if (sixteen)
 			starpu_vector_data_register(&opt->weight16_h[s], -1, 0, len, 2);
 		starpu_variable_data_register(&opt->stats_h[s], -1, 0, sizeof(struct dos_grad_stats));
@@ -197,7 +219,8 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 		return DOS_FAIL(-ENOMEM, "no memory for an optimizer of %u tensors", ntensors);
 	}
 	memcpy(opt->numel, numel, ntensors * sizeof *numel);
-	if ((err = _dos_subgroup_map_build(&opt->map, numel, ntensors, cfg->subgroup_size))) {
+	if ((err = _dos_subgroup_map_build(&opt->map, numel, ntensors, cfg->subgroup_size,
+					   cfg->subgroups_follow_tensors))) {
 		free(opt->numel);
 		free(opt);
 		return err;
@@ -210,7 +233,8 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 	uint64_t P = opt->map.nparams;
 	uint32_t N = opt->map.nsubgroups;
 	_dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, N, &opt->own_first, &opt->own_end);
-	_dos_dp_owned_params(&cfg->dp, cfg->dp.rank, P, cfg->subgroup_size, &opt->state_begin, &opt->state_len);
+	opt->state_begin = opt->map.subgroup_start[opt->own_first];
+	opt->state_len = opt->map.subgroup_start[opt->own_end] - opt->state_begin;
 	uint64_t L = opt->state_len;
 	/* one block: the state is pinned, or not, as a whole */
 	float *state;
@@ -256,6 +280,7 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 			return err;
 		}
 	}
+	announce_step(opt);
 	*out = opt;
 	return 0;
 no_memory:
@@ -272,7 +297,7 @@ void _dos_optimizer_destroy(struct _dos_optimizer *opt)
 					  opt->grad_h,   opt->weight16_h, opt->stats_h};
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) {
 		for (uint32_t s = 0; arrays[i] && s < opt->map.nsubgroups; s++)
-			if (arrays[i][s])
+			if (arrays[i][s] && !(arrays[i] == opt->grad_h && borrows_gradient(opt, s)))
 				starpu_data_unregister(arrays[i][s]);
 		free(arrays[i]);
 	}
@@ -357,6 +382,8 @@ static void submit_gradients(struct _dos_optimizer *opt)
 	}
 	for (uint32_t s = 0; s < N; s++) {
 		int owner = _dos_dp_owner(dp, N, s);
+		if (borrows_gradient(opt, s))
+			continue; /* the update reads the tensor's gradient */
 		if (dp->rank == last) {
 			submit_gather(opt, s);
 			if (owner != last)
@@ -402,7 +429,8 @@ static void drop_consumed(struct _dos_optimizer *opt, int applied)
 	if (opt->scatter)
 		_dos_scatter_drop(opt->scatter);
 	for (uint32_t s = 0; s < N; s++) {
-		if (gathers || _dos_dp_owner(dp, N, s) == dp->rank)
+		/* a borrowed gradient is the application's: never ours to drop */
+		if ((gathers || _dos_dp_owner(dp, N, s) == dp->rank) && !borrows_gradient(opt, s))
 			starpu_data_invalidate_submit(opt->grad_h[s]);
 		if (applied && opt->cfg.weight_dtype != DOS_FP32)
 			starpu_data_invalidate_submit(opt->weight16_h[s]);
@@ -519,6 +547,7 @@ int _dos_optimizer_submit_step(struct _dos_optimizer *opt, struct _dos_step_repo
 	opt->good_steps = next_good_steps;
 	for (uint32_t s = opt->own_first; s < opt->own_end; s++)
 		submit_task(opt, updates[s], DOS_TASK_UPDATE, s);
+	announce_step(opt);
 	free(updates);
 	opt->nonfinite_update[update % 2] = update;
 	report->update = update;
@@ -580,7 +609,7 @@ static int check_finite(const struct _dos_optimizer *opt, uint64_t steps_done)
 						"after step %llu the optimizer state is not finite: %s of parameter "
 						"%llu (subgroup %llu) is %g",
 						(unsigned long long)steps_done, names[a], (unsigned long long)param,
-						(unsigned long long)(param / opt->map.subgroup_size),
+						(unsigned long long)_dos_subgroup_of(&opt->map, param),
 						(double)arrays[a][i]);
 			}
 	return 0;
@@ -662,7 +691,7 @@ int _dos_optimizer_check_update(struct _dos_optimizer *opt, uint64_t update, uin
 				 names[a]);
 	if (count > 1)
 		snprintf(others, sizeof others, " (and %u more subgroups)", count - 1);
-	uint64_t first = (uint64_t)s * opt->map.subgroup_size;
+	uint64_t first = opt->map.subgroup_start[s];
 	return DOS_FAIL(-ERANGE,
 			"after step %llu the optimizer state is not finite: %s of subgroup %u (parameters %llu to "
 			"%llu)%s; not saved, training stopped",
@@ -681,6 +710,32 @@ void _dos_optimizer_read_state(struct _dos_optimizer *opt, float *master, float 
 		if (to[i])
 			memcpy(to[i], from[i], opt->state_len * sizeof(float));
 	release_state(opt);
+}
+
+int _dos_optimizer_write_state(struct _dos_optimizer *opt, const float *master, const float *m, const float *v,
+			       uint64_t updates)
+{
+	const float *from[] = {master, m, v};
+	static const char *const names[] = {"master", "m", "v"};
+	for (int a = 0; a < 3; a++)
+		for (uint64_t i = 0; from[a] && i < opt->state_len; i++)
+			if (!isfinite(from[a][i]) || (a == 2 && from[a][i] < 0))
+				return DOS_FAIL(-EINVAL, "%s[%llu] = %g: the state must be finite%s", names[a],
+						(unsigned long long)i, (double)from[a][i],
+						a == 2 ? ", and v >= 0 (Adam's second moment, not its square root)"
+						       : "");
+	hold_state(opt, STARPU_RW);
+	float *to[] = {opt->master, opt->m, opt->v};
+	for (int a = 0; a < 3 && DOS_VALUES_ARE_REAL; a++)
+		if (from[a])
+			memcpy(to[a], from[a], opt->state_len * sizeof(float));
+	opt->step = updates;
+	/* the flags describe the state the last update wrote, which is gone */
+	opt->nonfinite_update[0] = opt->nonfinite_update[1] = 0;
+	release_state(opt);
+	if (master)
+		_dos_optimizer_rebuild_weights(opt);
+	return 0;
 }
 
 /* ---- checkpoints ---------------------------------------------------------------------- */

@@ -30,6 +30,10 @@
 
 struct _dos_optimizer_config {
 	uint64_t subgroup_size;
+	/* cut the subgroups following the tensors (subgroups.h): a subgroup that is exactly
+	 * one tensor whose gradient has the subgroup gradient's dtype updates from that
+	 * gradient handle itself, with no gather copy (a single process only) */
+	int subgroups_follow_tensors;
 	/* DOS_FP32: the working weights are copies of the master weights; DOS_FP16/DOS_BF16:
 	 * the update also writes 16-bit weights, which the refresh copies into 16-bit tensors
 	 * (a mixed-precision model) or widens into fp32 ones */
@@ -136,6 +140,15 @@ int _dos_optimizer_check_update(struct _dos_optimizer *opt, uint64_t update, uin
  * master, m and v: state_len floats each (_dos_optimizer_info), or NULL to skip one.
  * Nothing under SimGrid (no values). */
 void _dos_optimizer_read_state(struct _dos_optimizer *opt, float *master, float *m, float *v);
+
+/* Replaces this rank's state after the updates submitted so far (it waits for them) with
+ * master, m and v (state_len floats each, or NULL to keep that array), sets Adam's step
+ * count t to `updates`, and, when master is given, submits the tasks that make the
+ * tensors' working weights follow it (_dos_optimizer_rebuild_weights). The values must
+ * be finite and v >= 0: -EINVAL naming the array and the first bad index otherwise, and
+ * nothing changes. Nothing under SimGrid but the step count (no values). */
+int _dos_optimizer_write_state(struct _dos_optimizer *opt, const float *master, const float *m, const float *v,
+			       uint64_t updates);
 
 /* ---- checkpoints (graph/checkpoint.h holds the format) ---- */
 

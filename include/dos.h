@@ -138,16 +138,28 @@ int dos_cpu_isa_supported(enum dos_cpu_isa isa);
 const char *dos_cpu_isa_name(enum dos_cpu_isa isa);
 
 /* ---- Subgroup codelets ---------------------------------------------------------------
- * Every task creator below checks its handles (vector interface, equal lengths, element
- * sizes that match the dtypes) and returns an unsubmitted task in *task_out, so callers
+ * Every task creator below checks its handles and returns an unsubmitted task in
+ * *task_out, so callers
  * can set a scheduling context, priority or worker before starpu_task_submit(). Each
  * codelet has a CPU and, when built with CUDA, a CUDA implementation with identical
- * results, and a regression perfmodel named after the codelet ("dos_adam", ...). */
+ * results, and a regression perfmodel named after the codelet ("dos_adam", ...).
+ *
+ * Data handles (here and in struct dos_opt_tensor): any StarPU handle whose elements lie
+ * in one contiguous block: a vector, a variable (of a whole number of elements), or a
+ * matrix, block or tensor registered without padding (leading dimensions equal to the
+ * sizes), including handles StarPU allocates itself (registered with home node -1,
+ * as tile-based codes do: every copy StarPU allocates is packed). Refused with -EINVAL
+ * and a message naming the handle: padded (non-contiguous) layouts, other interfaces
+ * (CSR, COO, multiformat, ndim...), element sizes other than the dtype's, and so fp64
+ * data: elements are fp32, fp16 or bf16 (enum dos_dtype), never fp64. Handles of one
+ * task must hold the same number of elements. */
 
 /* One Adam/AdamW update of a subgroup: master (fp32, RW), m (fp32, RW), v (fp32, RW),
  * grad (grad_dtype, R), and weight16 (weight_dtype fp16 or bf16, W; NULL when training in
  * fp32). The step scalars are copied into the task; each field must lie where
- * dos_adam_step_init() puts it (-EINVAL naming the field otherwise). */
+ * dos_adam_step_init() puts it (-EINVAL naming the field otherwise). A task whose master
+ * weights are the application's own fp32 tile (weight16 NULL) updates it in place: the
+ * task-level route of a tile-based code (docs/nntile.md). */
 int dos_adam_task_create(const struct dos_adam_step *step, starpu_data_handle_t master, starpu_data_handle_t m,
 			 starpu_data_handle_t v, starpu_data_handle_t grad, enum dos_dtype grad_dtype,
 			 starpu_data_handle_t weight16, enum dos_dtype weight_dtype, struct starpu_task **task_out);
@@ -223,6 +235,7 @@ struct dos_sched_stats {
 	double app_forecast_bytes;
 	int app_forecast_learned;
 	double evicted_state_bytes; /* state planned resident that StarPU evicted, over the run */
+	unsigned long early_plans;  /* steps planned early: more than DOS_STEPS_IN_FLIGHT in flight */
 };
 
 /* The best achievable update-phase time, in seconds, of one optimizer step over
@@ -251,6 +264,49 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
  * which caps what the cost model expects of its CPU workers running at once. */
 int dos_host_contention_record(double factor);
 int dos_host_cpu_rate_record(double params_per_second);
+
+/* ---- Steps: what the dos policy plans, and the contract with whoever submits them ----
+ * The dos policy places a step's updates with one plan, made once the whole step is
+ * known: when the submitter says so (dos_sched_step_submitted), when the first update of
+ * the next step is submitted, when a step reaches the number of updates the previous
+ * step had, or when the application waits on StarPU (starpu_task_wait_for_all and the
+ * other waits call the policy's do_schedule). Until then a ready update waits for its
+ * plan, but only while one of those is sure to come: before the submitter has made its
+ * first dos_sched_step_submitted call and before a first step is complete (its size
+ * unknown), a ready update is planned at once with the updates collected so far (as a
+ * policy that sees no step can do no better). The embedding API (dos_opt_*) and dos-train
+ * follow the contract themselves.
+ * At most DOS_STEPS_IN_FLIGHT steps may be submitted and not yet planned at once: a step
+ * beyond that window makes the policy plan the oldest one early, before its updates are
+ * ready (with a warning on stderr, once), which places it on stale information. */
+#define DOS_STEPS_IN_FLIGHT 4
+
+/* Says that every update of the step being submitted to `sched_ctx` (run by a starpu-dos
+ * policy) has been submitted: the policy plans it now if an update of it is already
+ * ready, else when the first becomes ready. Also tells the policy that this submitter
+ * will say so for every step: call it once before the first step too, so that the first
+ * step is planned once as well. Errors: -EINVAL for StarPU not running, or a context
+ * that does not exist or is not run by a starpu-dos policy. */
+int dos_sched_step_submitted(unsigned sched_ctx);
+
+/* Makes the dos policy treat the tasks of the codelets whose name matches `name_pattern`
+ * (a codelet name, or an fnmatch(3) pattern such as "nntile_adam_step*") as subgroup
+ * updates of another framework's optimizer: it plans them per step like its own (CPU or
+ * GPU, state prefetched, kept resident or written back), with buffer `grad` the
+ * gradient (read), and buffers `m`, `v` and `weight` the optimizer state (read and
+ * written: the moments and the weights the update changes in place), in whatever
+ * element type they hold. Steps are what the policy sees: a task on a weight handle
+ * already updated in the current step starts the next step. Its cost model: the
+ * codelet's own StarPU perfmodel where it has measurements for the task, else the rates
+ * of our own Adam kernel; its state counts as (bytes of weight + m + v) / 12 fp32
+ * parameters. The same from the environment, read when a dos policy starts (the
+ * zero-code route: STARPU_SCHED_LIB=.../libstarpu-dos.so STARPU_SCHED=dos):
+ *   DOS_UPDATE_CODELETS="NAME:grad=G,m=M,v=V,weight=W[;NAME2:...]"
+ * e.g. DOS_UPDATE_CODELETS="nntile_adam_step*:grad=0,m=1,v=2,weight=3" for NNTile's Adam
+ * (docs/nntile.md). Register before the codelet's first task is submitted. Errors:
+ * -EINVAL for a NULL, empty or too long pattern, a negative or too large buffer index, two
+ * roles on one buffer; -ENOMEM beyond 16 registrations. */
+int dos_sched_register_update_codelet(const char *name_pattern, int grad, int m, int v, int weight);
 
 /* Statistics of the starpu-dos policy running in `sched_ctx` (0 for the global one).
  * Errors: -EINVAL for a NULL `out`, StarPU not running, a context that does not exist or
@@ -299,8 +355,9 @@ enum dos_memory {
 
 /* One tensor of the application: its working weights (which each step's refresh
  * overwrites) and its gradient (which the application's backward writes), each given
- * either as a StarPU handle the application registered (a vector of numel elements of
- * cfg.tensor_dtype; the application's tasks use it) or as a buffer that dos_opt_create
+ * either as a StarPU handle the application registered (contiguous data of numel elements
+ * of cfg.tensor_dtype, see "Data handles" above; the application's tasks use it) or as a
+ * buffer that dos_opt_create
  * registers and dos_opt_destroy unregisters. Buffers do not take part in the
  * application's task graph: write the gradient before dos_opt_submit_step, and read the
  * weights after dos_opt_wait. Set exactly one of weight and weight_ptr, and of grad and
@@ -323,6 +380,12 @@ struct dos_opt_config {
 	/* parameters per subgroup, the unit the dos policy places on a CPU or GPU worker
 	 * (1 to 2^32 - 1, or more than the model has: then one subgroup) */
 	uint64_t subgroup_size;
+	/* 0 (the default): subgroups are slices of the flat space (all tensors in order) and
+	 * may straddle tensors; 1: each tensor is cut on its own (no subgroup straddles two),
+	 * so a tensor of at most subgroup_size elements is one subgroup, and when grad_dtype
+	 * is tensor_dtype its update reads the tensor's gradient handle itself, with no
+	 * gather copy (tile-based codes: one tile, one update, as their own optimizer does) */
+	int subgroups_follow_tensors;
 	enum dos_dtype tensor_dtype; /* of every tensor's weight and gradient */
 	/* DOS_FP32: the refresh writes the master weights (narrowed to tensor_dtype);
 	 * DOS_FP16/DOS_BF16: the update also writes 16-bit weights, which the refresh copies
@@ -349,6 +412,19 @@ struct dos_opt_config {
 	/* GPU memory the application's own tasks keep during an iteration (weights,
 	 * gradients, the peak of activations), which the dos policy leaves them; >= 0 */
 	double app_gpu_bytes;
+	/* Where the optimizer's tasks run when the application runs StarPU. 0 (the default):
+	 * a scheduling context of the optimizer's own, run by cfg.policy, over ctx_workers
+	 * (ctx_nworkers StarPU worker ids; NULL: every worker, shared with the application).
+	 * 1: the application's context app_sched_ctx, which it created run by the dos policy
+	 * (STARPU_SCHED_CTX_POLICY_STRUCT with dos_sched_policy("dos"), or STARPU_SCHED=dos for
+	 * context 0): one dos instance then schedules the application's forward and backward
+	 * as well as the updates, so its whole-iteration rules and its learned forecast of
+	 * the application's GPU memory work from the application's own tasks; cfg.policy is
+	 * not used then (the context's policy rules) */
+	int use_app_sched_ctx;
+	unsigned app_sched_ctx;
+	const int *ctx_workers;
+	unsigned ctx_nworkers;
 };
 
 /* Fills `cfg` with the defaults: Adam (torch.optim.Adam: lr 1e-3, betas 0.9 and 0.999,
@@ -365,13 +441,15 @@ int dos_opt_config_init(struct dos_opt_config *cfg);
  * initialised here is shut down again, buffers registered here are unregistered).
  * Errors: -EINVAL for a NULL out, cfg or tensors, ntensors 0, a bad configuration field
  * (named with its value), a tensor with numel 0 or above 2^32 - 1, without or with both a
- * handle and a buffer for its weight or gradient, a handle that is not a vector of numel
- * elements of tensor_dtype, a handle used twice, buffers (given, or a handle's home copy)
- * that overlap, handles while StarPU is not initialised, a location outside enum
- * dos_memory, a CUDA device no StarPU CUDA worker uses, an unknown policy; -EBUSY for a
- * handle or buffer that a live optimizer already has (the message names both); -ENODEV
- * when StarPU finds no worker (the message names the settings that decide the workers);
- * -ENOMEM. */
+ * handle and a buffer for its weight or gradient, a handle that is not contiguous data of
+ * numel elements of tensor_dtype, a handle used twice, buffers (given, or a handle's home
+ * copy) that overlap, handles while StarPU is not initialised, a location outside enum
+ * dos_memory, a CUDA device no StarPU CUDA worker uses, an unknown policy,
+ * use_app_sched_ctx with StarPU not running or with a context that does not exist or is
+ * not run by a starpu-dos policy, ctx_workers naming a worker that does not exist;
+ * -EBUSY for a handle or buffer that a live optimizer already has (the message names
+ * both); -ENODEV when StarPU finds no worker (the message names the settings that decide
+ * the workers); -ENOMEM. */
 int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t ntensors,
 		   const struct dos_opt_tensor *tensors);
 
@@ -387,8 +465,8 @@ struct dos_opt_step_report {
 
 /* Submits one optimizer step over the gradients that the application's tasks submitted
  * so far write (the step's tasks wait for them through the handles) and returns at once,
- * except when 4 earlier steps still run (it waits for the oldest: the dos policy plans
- * that many steps ahead at most), or with clipping or loss scaling on, where it waits
+ * except when DOS_STEPS_IN_FLIGHT earlier steps still run (it waits for the oldest: the
+ * step window of the dos policy), or with clipping or loss scaling on, where it waits
  * for the gradients and their global norm. Gradients given as buffers must be written
  * before this call. `report` may be NULL. Errors: -EINVAL for a NULL opt. */
 int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report);
@@ -458,6 +536,25 @@ int dos_opt_get_step_times(dos_opt_t opt, struct dos_opt_step_times *out);
  * `count` floats, or NULL to skip it). Waits for those updates. Errors: -EINVAL for a
  * NULL opt, all three arrays NULL, or count other than the parameter count. */
 int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_t count);
+
+/* The mirror of dos_opt_read_state: replaces the state with master, m and v (each `count`
+ * floats in the optimizer's flat order, tensor 0 first, or NULL to keep that array), once
+ * the steps submitted so far have ended, and sets Adam's step count t (the bias
+ * corrections) to `updates`, the number of updates that state has had; the next step is
+ * update updates + 1, and steps_submitted becomes `updates`. When master is given, the
+ * tensors' working weights are rewritten from it (weights given as buffers: after
+ * dos_opt_wait). So a run started under another framework's Adam continues under ours:
+ *   torch.optim.Adam/AdamW: state_dict()["state"][i] holds "exp_avg" (m), "exp_avg_sq"
+ *     (v) and "step" (t) of parameter i, in the order of the parameter groups; the master
+ *     weights are the fp32 parameters (or the fp32 master copy of a mixed-precision run);
+ *   NNTile's Adam (adam_step): first moments are m, second moments hold sqrt(v): square
+ *     them (v = s * s, rounded once in fp32); its num_iter of the last step taken is t;
+ *     its parameter tiles are the master weights.
+ * Errors: -EINVAL for a NULL opt, all three arrays NULL, count other than the parameter
+ * count, a value that is not finite or a negative v (the message names the array and the
+ * index); nothing changes then. */
+int dos_opt_write_state(dos_opt_t opt, const float *master, const float *m, const float *v, uint64_t count,
+			uint64_t updates);
 
 /* Saves the state after the steps submitted so far (it waits for their updates) as
  * "checkpoint-<steps_submitted>.dos" in the folder `dir` (created with its parents when

@@ -18,6 +18,7 @@
 #include "errors.h"
 #include "numerics.h"
 #include "optimizer.h"
+#include "dos_policy.h"
 #include "planner.h"
 
 /* Optimizers alive in a StarPU that dos_opt_create started: the last one destroyed shuts
@@ -271,7 +272,8 @@ static int by_address(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The application's handles: vectors of numel elements of tensor_dtype, none twice (a
+/* The application's handles: contiguous data of numel elements of tensor_dtype (any of
+ * the interfaces _dos_check_contiguous accepts), none twice (a
  * gradient that is also a weight, or shared by two tensors, would be overwritten). */
 static int check_handles(uint32_t ntensors, const struct dos_opt_tensor *tensors, enum dos_dtype dtype)
 {
@@ -287,7 +289,7 @@ static int check_handles(uint32_t ntensors, const struct dos_opt_tensor *tensors
 			char name[48];
 			snprintf(name, sizeof name, "tensors[%u].%s", t, g ? "grad" : "weight");
 			uint32_t nx;
-			int err = _dos_check_vector("dos_opt_create", name, h, dos_dtype_size(dtype), &nx);
+			int err = _dos_check_contiguous("dos_opt_create", name, h, dos_dtype_size(dtype), &nx);
 			if (!err && nx != tensors[t].numel)
 				err = _dos_fail(-EINVAL, "dos_opt_create", "%s has %u elements but numel = %llu", name,
 						nx, (unsigned long long)tensors[t].numel);
@@ -462,7 +464,7 @@ static void read_initial_weights(const struct dos_opt *opt, enum dos_dtype dtype
 	uint64_t at = 0;
 	for (uint32_t t = 0; t < opt->ntensors; t++) {
 		starpu_data_acquire(opt->weight[t], STARPU_R);
-		const void *w = (const void *)starpu_vector_get_local_ptr(opt->weight[t]);
+		const void *w = starpu_data_get_local_ptr(opt->weight[t]);
 		for (uint64_t i = 0; i < opt->numel[t]; i++)
 			flat[at + i] = dos_load_elem(w, i, dtype);
 		starpu_data_release(opt->weight[t]);
@@ -514,6 +516,13 @@ static int join_starpu(struct dos_opt *opt, const struct dos_opt_config *cfg, st
 	int err = 0;
 	pthread_mutex_lock(&owned_starpu_lock);
 	if (!starpu_is_initialized()) {
+		if (cfg->use_app_sched_ctx) {
+			pthread_mutex_unlock(&owned_starpu_lock);
+			return DOS_FAIL(-EINVAL,
+					"use_app_sched_ctx = 1 (app_sched_ctx = %u) but StarPU is not "
+					"initialised: the application's context needs the application's StarPU",
+					cfg->app_sched_ctx);
+		}
 		if (uses_handles) {
 			pthread_mutex_unlock(&owned_starpu_lock);
 			return DOS_FAIL(-EINVAL, "tensors hold StarPU handles but StarPU is not initialised (handles "
@@ -543,7 +552,31 @@ static int join_starpu(struct dos_opt *opt, const struct dos_opt_config *cfg, st
 	pthread_mutex_unlock(&owned_starpu_lock);
 	if ((err = check_handles(ntensors, tensors, cfg->tensor_dtype)))
 		return err;
-	opt->sched_ctx = starpu_sched_ctx_create(NULL, -1, "starpu-dos", STARPU_SCHED_CTX_POLICY_STRUCT, policy, 0);
+	if (cfg->use_app_sched_ctx) { /* the application's, run by one of our policies */
+		if (!_dos_sched_ctx_is_ours(cfg->app_sched_ctx)) {
+			if ((err = _dos_check_sched_ctx("dos_opt_create", "app_sched_ctx", cfg->app_sched_ctx)))
+				return err;
+			struct starpu_sched_policy *pol = starpu_sched_ctx_get_sched_policy(cfg->app_sched_ctx);
+			return DOS_FAIL(-EINVAL,
+					"app_sched_ctx = %u is run by %s, not by a starpu-dos policy (create it with "
+					"dos_sched_policy(\"dos\"))",
+					cfg->app_sched_ctx, pol && pol->policy_name ? pol->policy_name : "no policy");
+		}
+		opt->sched_ctx = cfg->app_sched_ctx;
+		return 0;
+	}
+	int nworkers = -1; /* every worker */
+	if (cfg->ctx_workers) {
+		if (cfg->ctx_nworkers == 0)
+			return DOS_FAIL(-EINVAL, "ctx_nworkers = 0: the optimizer's context needs a worker");
+		for (unsigned i = 0; i < cfg->ctx_nworkers; i++)
+			if (cfg->ctx_workers[i] < 0 || (unsigned)cfg->ctx_workers[i] >= starpu_worker_get_count())
+				return DOS_FAIL(-EINVAL, "ctx_workers[%u] = %d is not a StarPU worker (there are %u)",
+						i, cfg->ctx_workers[i], starpu_worker_get_count());
+		nworkers = (int)cfg->ctx_nworkers;
+	}
+	opt->sched_ctx = starpu_sched_ctx_create((int *)cfg->ctx_workers, nworkers, "starpu-dos",
+						 STARPU_SCHED_CTX_POLICY_STRUCT, policy, 0);
 	opt->own_ctx = 1;
 	return 0;
 }
@@ -573,6 +606,7 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 		nparams += tensors[t].numel;
 	struct _dos_optimizer_config oc = {
 		.subgroup_size = cfg->subgroup_size < nparams ? cfg->subgroup_size : nparams,
+		.subgroups_follow_tensors = cfg->subgroups_follow_tensors,
 		.weight_dtype = cfg->weight_dtype,
 		.grad_dtype = cfg->grad_dtype,
 		.tensor_dtype = cfg->tensor_dtype,
@@ -679,10 +713,10 @@ int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
 	a->step = opt->steps_submitted + 1;
 	a->times.step = a->step;
 	a->pending = 1; /* until the whole step is submitted */
-	/* the dos policy plans a step when its first update is ready, and collects only so
-	 * many steps before that: an application that submits further ahead waits here */
+	/* the dos policy collects DOS_STEPS_IN_FLIGHT unplanned steps at most: an application
+	 * that submits further ahead waits here */
 	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
-	while (opt->steps_in_flight >= DOS_PLAN_STEPS_COLLECTED)
+	while (opt->steps_in_flight >= DOS_STEPS_IN_FLIGHT)
 		STARPU_PTHREAD_COND_WAIT(&opt->progress, &opt->lock);
 	opt->steps_in_flight++;
 	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
@@ -782,6 +816,26 @@ int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_
 				(unsigned long long)count, (unsigned long long)info.nparams);
 	_dos_optimizer_read_state(opt->inner, master, m, v);
 	return 0;
+}
+
+int dos_opt_write_state(dos_opt_t opt, const float *master, const float *m, const float *v, uint64_t count,
+			uint64_t updates)
+{
+	if (!opt)
+		return DOS_FAIL(-EINVAL, "opt is NULL");
+	if (!master && !m && !v)
+		return DOS_FAIL(-EINVAL, "master, m and v are all NULL: nothing to write");
+	struct _dos_optimizer_info info;
+	_dos_optimizer_get_info(opt->inner, &info);
+	if (count != info.nparams)
+		return DOS_FAIL(-EINVAL, "count = %llu but the optimizer has %llu parameters",
+				(unsigned long long)count, (unsigned long long)info.nparams);
+	/* the last refreshes still read the state: they must see the old one */
+	wait_idle(opt);
+	int err = _dos_optimizer_write_state(opt->inner, master, m, v, updates);
+	if (!err)
+		opt->steps_submitted = updates;
+	return err;
 }
 
 /* ---- checkpoints ---------------------------------------------------------------------- */

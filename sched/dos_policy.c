@@ -6,9 +6,12 @@
  * predicts, with idle workers taking such tasks from others; priority order within a
  * queue; parallel tasks on combined workers.
  *
- * dos_adam tasks (subgroup updates): placed by a plan made once per step. submit_hook
- * collects every update task of a step as it is submitted, before its gradients are
- * ready; the first time one of them becomes ready, the whole step is planned at once
+ * Update tasks (ours, dos_adam, and the foreign codelets registered by name:
+ * update_tasks.h): placed by a plan made once per step. submit_hook collects every
+ * update task of a step as it is submitted, before its gradients are ready; the step is
+ * planned once, when it is complete (the step contract of dos.h) and one of its updates
+ * is ready; a ready update of a step not yet complete waits in the step (parked) while
+ * its completion is sure to be announced. The whole step is planned at once
  * (planner.c) from the cost model (rates.c: perfmodels as measured in the previous
  * steps, bus model, GPU memory left after the forecast of what the application's own
  * tasks used, host contention). Then:
@@ -49,6 +52,7 @@
 #include "errors.h"
 #include "parse.h"
 #include "rates.h"
+#include "update_tasks.h"
 #include "worker_queues.h"
 
 enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
@@ -104,6 +108,16 @@ struct step_tasks {
 	int n, cap;
 	struct starpu_task **tasks;
 	int planned;
+	int closed;                     /* all its updates are submitted (dos.h's step contract) */
+	uint32_t epoch;                 /* of this use of the slot, in its tasks' COLLECTED_TAG */
+	struct starpu_task_list parked; /* ready updates waiting for the plan */
+};
+
+/* The weight handles updated in the step being submitted, for foreign updates (which
+ * carry no step number): a handle updated again starts the next step. */
+struct handle_set {
+	starpu_data_handle_t *at; /* open addressing, NULL: empty */
+	size_t cap, n;
 };
 
 struct policy {
@@ -112,9 +126,19 @@ struct policy {
 	double resident_ratio;
 	starpu_pthread_mutex_t plan_lock; /* guards everything but the queues */
 	/* A training loop submits step k+1 before step k's gradients are ready, so several
-	 * steps are collected at once; each is planned when its first update is ready. */
-#define STEP_SLOTS DOS_PLAN_STEPS_COLLECTED
+	 * steps are collected at once; each is planned once (dos.h's step contract). */
+#define STEP_SLOTS DOS_STEPS_IN_FLIGHT
 	struct step_tasks steps[STEP_SLOTS];
+	int announced; /* the submitter calls dos_sched_step_submitted */
+	/* Updates of the last complete step (0: none complete yet), counted per step number,
+	 * not per plan: a first step planned in parts as its updates became ready still
+	 * counts whole, so that later steps can wait for their plan. */
+	int last_step_size;
+	uint64_t counting_step; /* the newest step submitted, and its updates so far */
+	int counted;
+	int warned_window; /* the step-window warning is printed once */
+	struct handle_set foreign_seen;
+	uint64_t foreign_step;               /* step number given to foreign updates */
 	struct fetch_window staged;          /* to the GPU: state and gradient, `staging slots` ahead */
 	struct fetch_window resident;        /* to the GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
 	struct fetch_window on_cpu;          /* to host memory: GPU-homed gradients, one per CPU worker ahead */
@@ -156,11 +180,16 @@ struct policy {
 #define TAG_PLACEMENT(d) ((enum dos_placement)(((uintptr_t)(d)&0xff) - 1))
 #define TAG_INDEX(d) ((int)(((uintptr_t)(d) >> 8) & 0xffffff))
 #define TAG_GENERATION(d) ((uint32_t)((uint64_t)(uintptr_t)(d) >> 32))
+/* Before its plan, an update's sched_data names its step's slot and the slot's epoch. */
+#define COLLECTED_TAG(slot, epoch) \
+	((void *)(uintptr_t)(((uint64_t)(epoch) << 32) | ((uint64_t)(slot) << 8) | (uint64_t)0xff))
+#define IS_COLLECTED(d) (((uintptr_t)(d)&0xff) == 0xff)
+#define IS_PLACED(d) ((d) != NULL && !IS_COLLECTED(d))
 
 /* Updates placed by a plan keep their order in a queue and stay on their worker. */
 static int is_planned_update(const struct starpu_task *task)
 {
-	return task->cl == &_dos_adam_codelet && task->sched_data != NULL;
+	return _dos_is_update(task) && IS_PLACED(task->sched_data);
 }
 
 static double seconds_now(void)
@@ -235,6 +264,10 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 			"starpu-dos: DOS_GPU_FORECAST = '%s' is neither 'learned' nor 'declared'; using learned\n",
 			forecast);
 	_dos_app_memory_init(&p->app_memory);
+	_dos_update_codelets_from_env();
+	p->foreign_step = 1;
+	for (int i = 0; i < STEP_SLOTS; i++)
+		starpu_task_list_init(&p->steps[i].parked);
 	/* the first window of the forecast: from now to the first plan (forward and backward
 	 * of the first step) */
 	_dos_app_memory_plan(&p->app_memory, starpu_timing_now() * 1e-6);
@@ -295,6 +328,7 @@ static void deinit_policy(unsigned sched_ctx)
 	for (int i = 0; i < STEP_SLOTS; i++)
 		free(p->steps[i].tasks);
 	free(p->deferred.at);
+	free(p->foreign_seen.at);
 	free(p->staged.entries);
 	free(p->resident.entries);
 	free(p->on_cpu.entries);
@@ -314,26 +348,106 @@ static struct step_tasks *collecting_slot(struct policy *p, uint64_t step)
 	return NULL;
 }
 
-/* Where a submitted update of `step` goes: its step's slot, else a free or planned slot,
- * else the oldest unplanned step's (whose updates then fall back to earliest-finish
- * placement). Updates submitted after their step was planned start a new batch. */
-static struct step_tasks *slot_for_submission(struct policy *p, uint64_t step)
+static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx);
+
+/* The newest step submitted is complete (plan lock held): its size is the next steps'.
+ * Its count goes on should more of its updates come (a wait within a step). */
+static void newest_step_complete(struct policy *p)
+{
+	if (p->counted > 0)
+		p->last_step_size = p->counted;
+}
+
+/* Marks step s complete (plan lock held): its size is known, and its parked updates are
+ * planned and moved to `release`, for the caller to place once the lock is released. */
+static void close_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx, struct starpu_task_list *release)
+{
+	if (s->closed || s->planned || s->n == 0)
+		return;
+	s->closed = 1;
+	if (starpu_task_list_empty(&s->parked))
+		return;
+	plan_step(p, s, sched_ctx);
+	while (!starpu_task_list_empty(&s->parked))
+		starpu_task_list_push_back(release, starpu_task_list_pop_front(&s->parked));
+}
+
+/* Where a submitted update of `step` goes: its step's slot, else a free or planned slot.
+ * A new step completes the steps still collecting (a training loop submits its steps in
+ * order). With DOS_STEPS_IN_FLIGHT steps unplanned already, the oldest is planned now,
+ * early, to free its slot. Updates submitted after their step was planned start a new
+ * batch (a plan of their own). */
+static struct step_tasks *slot_for_submission(struct policy *p, uint64_t step, unsigned sched_ctx,
+					      struct starpu_task_list *release)
 {
 	struct step_tasks *s = collecting_slot(p, step), *oldest = NULL;
 	if (s)
 		return s;
+	for (int i = 0; i < STEP_SLOTS; i++)
+		close_step(p, &p->steps[i], sched_ctx, release);
 	for (int i = 0; i < STEP_SLOTS && !s; i++)
 		if (p->steps[i].n == 0 || p->steps[i].planned)
 			s = &p->steps[i];
 	for (int i = 0; i < STEP_SLOTS && !s; i++)
 		if (!oldest || p->steps[i].step < oldest->step)
 			oldest = &p->steps[i];
-	if (!s)
+	if (!s) {
 		s = oldest;
+		if (!p->warned_window) {
+			p->warned_window = 1;
+			fprintf(stderr,
+				"starpu-dos: %s: step %llu is submitted while %d steps are still unplanned "
+				"(DOS_STEPS_IN_FLIGHT): the oldest, step %llu, is planned early, before its updates "
+				"are ready\n",
+				p->rule == RULE_DOS ? "dos" : "policy", (unsigned long long)step, STEP_SLOTS,
+				(unsigned long long)s->step);
+		}
+		p->stats.early_plans++;
+		plan_step(p, s, sched_ctx);
+		while (!starpu_task_list_empty(&s->parked))
+			starpu_task_list_push_back(release, starpu_task_list_pop_front(&s->parked));
+	}
 	s->step = step;
 	s->n = 0;
 	s->planned = 0;
+	s->closed = 0;
+	s->epoch++;
 	return s;
+}
+
+/* Adds h to the set; returns 1 when it was there already. */
+static int handle_set_add(struct handle_set *set, starpu_data_handle_t h)
+{
+	if (2 * (set->n + 1) > set->cap) {
+		struct handle_set grown = {.cap = set->cap ? 2 * set->cap : 256};
+		grown.at = calloc(grown.cap, sizeof *grown.at);
+		STARPU_ASSERT_MSG(grown.at, "out of memory for %zu handles", grown.cap);
+		for (size_t i = 0; i < set->cap; i++)
+			if (set->at[i])
+				handle_set_add(&grown, set->at[i]);
+		free(set->at);
+		*set = grown;
+	}
+	size_t i = ((uintptr_t)h >> 4) * 0x9E3779B97F4A7C15ull % set->cap;
+	for (; set->at[i]; i = (i + 1) % set->cap)
+		if (set->at[i] == h)
+			return 1;
+	set->at[i] = h;
+	set->n++;
+	return 0;
+}
+
+/* The step of a foreign update (plan lock held): the current one, unless its weights were
+ * updated in it already. */
+static uint64_t foreign_step_of(struct policy *p, starpu_data_handle_t weight)
+{
+	if (handle_set_add(&p->foreign_seen, weight)) {
+		p->foreign_step++;
+		memset(p->foreign_seen.at, 0, p->foreign_seen.cap * sizeof *p->foreign_seen.at);
+		p->foreign_seen.n = 0;
+		handle_set_add(&p->foreign_seen, weight);
+	}
+	return p->foreign_step;
 }
 
 static int home_is_gpu(starpu_data_handle_t h)
@@ -342,16 +456,26 @@ static int home_is_gpu(starpu_data_handle_t h)
 	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CUDA_RAM;
 }
 
+static void dispatch_released(struct policy *p, struct starpu_task_list *release, unsigned sched_ctx);
+
 static void submit_hook(struct starpu_task *task)
 {
-	uint64_t step;
-	enum dos_dtype gt, wt;
-	size_t params;
-	if (_dos_adam_task_info(task, &step, &gt, &wt, &params))
+	struct _dos_update_view u;
+	if (_dos_update_view(task, &u))
 		return;
-	struct policy *p = policy_of(task->sched_ctx);
+	unsigned ctx = task->sched_ctx;
+	struct policy *p = policy_of(ctx);
+	struct starpu_task_list release;
+	starpu_task_list_init(&release);
 	lock_plan(p);
-	struct step_tasks *s = slot_for_submission(p, step);
+	uint64_t step = u.has_step ? u.step : foreign_step_of(p, _dos_update_handle(task, &u, DOS_ADAM_BUF_MASTER));
+	if (step != p->counting_step) { /* a new step: the one before is complete */
+		newest_step_complete(p);
+		p->counted = 0;
+	}
+	p->counting_step = step;
+	p->counted++;
+	struct step_tasks *s = slot_for_submission(p, step, ctx, &release);
 	if (s->n == s->cap) {
 		int cap = s->cap ? 2 * s->cap : 256;
 		struct starpu_task **grown = realloc(s->tasks, (size_t)cap * sizeof *grown);
@@ -360,7 +484,7 @@ static void submit_hook(struct starpu_task *task)
 		s->cap = cap;
 	}
 	s->tasks[s->n++] = task;
-	task->sched_data = NULL;
+	task->sched_data = COLLECTED_TAG(s - p->steps, s->epoch);
 	/* The state and the inputs homed on the GPU are planned for as the optimizer's
 	 * (resident or staged state, gpu_homed_inputs_bytes): not the application's memory,
 	 * even where its tasks use them too (an fp32 model's refresh reads the master
@@ -368,10 +492,14 @@ static void submit_hook(struct starpu_task *task)
 	 * application's data: its GPU copy lives from the task that makes it there (the
 	 * gather, the GPU update) to the last that uses it (the update, the refresh), which
 	 * post_exec_hook records for the update. */
-	for (int b = 0; b < _dos_adam_step_data_end(task); b++)
-		if (b < DOS_ADAM_STATE_BUFFERS || home_is_gpu(STARPU_TASK_GET_HANDLE(task, b)))
-			_dos_app_memory_exclude(&p->app_memory, STARPU_TASK_GET_HANDLE(task, b));
+	for (int r = 0; r < u.step_data_end; r++)
+		if (r < DOS_ADAM_STATE_BUFFERS || home_is_gpu(_dos_update_handle(task, &u, r)))
+			_dos_app_memory_exclude(&p->app_memory, _dos_update_handle(task, &u, r));
+	/* as many updates as the last step had: this one is complete */
+	if (p->counted == p->last_step_size)
+		close_step(p, s, ctx, &release);
 	unlock_plan(p);
+	dispatch_released(p, &release, ctx);
 }
 
 static int on_gpu(starpu_data_handle_t h, int gpu)
@@ -383,10 +511,10 @@ static int on_gpu(starpu_data_handle_t h, int gpu)
  * master alone is not enough, as a model that computes in fp32 reads the master weights
  * on the GPU in forward while m and v stay home (then 8 of the 12 bytes per parameter
  * still have to cross the link). */
-static int state_on_gpu(struct starpu_task *update, int gpu)
+static int state_on_gpu(struct starpu_task *update, const struct _dos_update_view *u, int gpu)
 {
-	for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
-		if (!on_gpu(STARPU_TASK_GET_HANDLE(update, b), gpu))
+	for (int r = 0; r < DOS_ADAM_STATE_BUFFERS; r++)
+		if (!on_gpu(_dos_update_handle(update, u, r), gpu))
 			return 0;
 	return 1;
 }
@@ -445,10 +573,14 @@ static void issue_deferred_prefetches(struct policy *p)
 	free(d.at);
 }
 
+/* Prefetches the buffers of roles [first, last] of update `task`. */
 static void prefetch_buffers(struct policy *p, struct starpu_task *task, int first, int last, unsigned node, int prio)
 {
-	for (int b = first; b <= last && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), node, prio, 0);
+	struct _dos_update_view u;
+	if (_dos_update_view(task, &u))
+		return;
+	for (int r = first; r <= last && r < u.step_data_end; r++)
+		defer_prefetch(p, _dos_update_handle(task, &u, r), node, prio, 0);
 }
 
 static void window_reset(struct fetch_window *w, int capacity, int first, int last, int node)
@@ -492,8 +624,11 @@ static int window_add(struct fetch_window *w, struct starpu_task *task)
 {
 	struct fetch_entry *e = &w->entries[w->n];
 	*e = (struct fetch_entry){.task = task};
-	for (int b = w->first_buffer; b <= w->last_buffer && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
-		starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
+	struct _dos_update_view u;
+	int err = _dos_update_view(task, &u);
+	STARPU_ASSERT(err == 0);
+	for (int b = w->first_buffer; b <= w->last_buffer && b < u.step_data_end; b++) {
+		starpu_data_handle_t h = _dos_update_handle(task, &u, b);
 		if (b < DOS_ADAM_STATE_BUFFERS || starpu_data_get_home_node(h) >= 0)
 			e->handle[e->nhandles++] = h;
 		else
@@ -515,10 +650,14 @@ static struct fetch_window *window_of(struct policy *p, enum dos_placement place
 static double gpu_homed_inputs_bytes(const struct step_tasks *s)
 {
 	double bytes = 0;
-	for (int i = 0; i < s->n; i++)
-		for (int b = DOS_ADAM_BUF_GRAD; b < _dos_adam_step_data_end(s->tasks[i]); b++)
-			if (home_is_gpu(STARPU_TASK_GET_HANDLE(s->tasks[i], b)))
-				bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(s->tasks[i], b));
+	for (int i = 0; i < s->n; i++) {
+		struct _dos_update_view u;
+		if (_dos_update_view(s->tasks[i], &u))
+			continue;
+		for (int r = DOS_ADAM_BUF_GRAD; r < u.step_data_end; r++)
+			if (home_is_gpu(_dos_update_handle(s->tasks[i], &u, r)))
+				bytes += (double)starpu_data_get_size(_dos_update_handle(s->tasks[i], &u, r));
+	}
 	return bytes;
 }
 
@@ -573,21 +712,21 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 		       const struct dos_plan_subgroup *sg, struct dos_machine_costs *m, int *calibrated)
 {
 	struct starpu_task *first = s->tasks[0];
-	uint64_t step;
-	enum dos_dtype gt, wt;
-	size_t params;
-	_dos_adam_task_info(first, &step, &gt, &wt, &params);
+	struct _dos_update_view u;
+	int err = _dos_update_view(first, &u);
+	STARPU_ASSERT(err == 0);
+	enum dos_dtype wt = u.weight_dtype;
 	struct dos_data_homes homes = {
-		.grad_bytes_per_param = (double)dos_dtype_size(gt),
+		.grad_bytes_per_param = (double)dos_dtype_size(u.grad_dtype),
 		.weight_bytes_per_param = wt == DOS_FP32 ? 0.0 : 2.0,
-		.grads_on_gpu = home_is_gpu(STARPU_TASK_GET_HANDLE(first, DOS_ADAM_BUF_GRAD)),
-		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(STARPU_TASK_GET_HANDLE(first, DOS_ADAM_BUF_WEIGHT16)),
+		.grads_on_gpu = home_is_gpu(_dos_update_handle(first, &u, DOS_ADAM_BUF_GRAD)),
+		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(_dos_update_handle(first, &u, DOS_ADAM_BUF_WEIGHT16)),
 	};
 	_dos_app_memory_plan(&p->app_memory, starpu_timing_now() * 1e-6);
 	learn_from_evictions(p, s, sg);
 	double update_extra;
 	double app = app_memory_forecast(p, &update_extra);
-	_dos_measure_costs(first, sched_ctx, &homes,
+	_dos_measure_costs(first, u.params, sched_ctx, &homes,
 			   app + p->eviction_margin_bytes + p->declared_reserve_bytes + gpu_homed_inputs_bytes(s), m,
 			   calibrated);
 	m->gpu_update_extra_bytes = update_extra;
@@ -714,9 +853,11 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
 	STARPU_ASSERT_MSG(sg && place, "out of memory planning %d subgroups", s->n);
 	for (int i = 0; i < s->n; i++) {
-		starpu_data_handle_t master = STARPU_TASK_GET_HANDLE(s->tasks[i], DOS_ADAM_BUF_MASTER);
-		sg[i].params = (double)starpu_vector_get_nx(master);
-		sg[i].resident_now = state_on_gpu(s->tasks[i], gpu);
+		struct _dos_update_view u;
+		int err = _dos_update_view(s->tasks[i], &u);
+		STARPU_ASSERT(err == 0);
+		sg[i].params = u.params;
+		sg[i].resident_now = state_on_gpu(s->tasks[i], &u, gpu);
 	}
 	struct dos_machine_costs m;
 	int calibrated;
@@ -774,47 +915,45 @@ static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned
 	return 0;
 }
 
-static int push_task(struct starpu_task *task)
+/* The slot of a collected update's step, or NULL when the slot went on to another step
+ * (plan lock held). */
+static struct step_tasks *collected_slot(struct policy *p, struct starpu_task *task)
 {
-	unsigned ctx = task->sched_ctx;
-	struct policy *p = policy_of(ctx);
-	double t0 = seconds_now();
-	int only_type = -1;
-	if (task->cl == &_dos_adam_codelet) {
-		lock_plan(p);
-		uint64_t step;
-		enum dos_dtype gt, wt;
-		size_t params;
-		struct step_tasks *s = NULL;
-		if (!task->sched_data && _dos_adam_task_info(task, &step, &gt, &wt, &params) == 0)
-			s = collecting_slot(p, step);
-		if (s)
-			plan_step(p, s, ctx);
-		if (task->sched_data) {
-			enum dos_placement place = TAG_PLACEMENT(task->sched_data);
-			int cpu = place == DOS_PLACE_CPU || place == DOS_PLACE_CPU_THEN_RESIDENT;
-			only_type = cpu ? STARPU_CPU_WORKER : STARPU_CUDA_WORKER;
-			if (cpu)
-				p->stats.cpu_updates++;
-			else
-				p->stats.gpu_updates++;
-			if (TAG_GENERATION(task->sched_data) == p->generation) {
-				/* ready now: its gradient may be fetched, if its window is there */
-				struct fetch_window *w = window_of(p, place);
-				int i = TAG_INDEX(task->sched_data);
-				w->entries[i].pushed = 1;
-				if (i < w->next)
-					fetch_task_inputs(w, i);
-			}
-		}
-		unlock_plan(p);
-		if (starpu_worker_get_id() < 0) /* the application's thread, submitting */
-			issue_deferred_prefetches(p);
+	if (!task->sched_data || !IS_COLLECTED(task->sched_data))
+		return NULL;
+	struct step_tasks *s = &p->steps[((uintptr_t)task->sched_data >> 8) & 0xff];
+	return s->epoch == TAG_GENERATION(task->sched_data) ? s : NULL;
+}
+
+/* A ready update whose step is planned (plan lock held): the worker type its plan chose
+ * (-1: none, no plan), and its window may now fetch its task-level inputs. */
+static int ready_update(struct policy *p, struct starpu_task *task)
+{
+	if (!IS_PLACED(task->sched_data))
+		return -1;
+	enum dos_placement place = TAG_PLACEMENT(task->sched_data);
+	int cpu = place == DOS_PLACE_CPU || place == DOS_PLACE_CPU_THEN_RESIDENT;
+	if (cpu)
+		p->stats.cpu_updates++;
+	else
+		p->stats.gpu_updates++;
+	if (TAG_GENERATION(task->sched_data) == p->generation) {
+		/* ready now: its gradient may be fetched, if its window is there */
+		struct fetch_window *w = window_of(p, place);
+		int i = TAG_INDEX(task->sched_data);
+		w->entries[i].pushed = 1;
+		if (i < w->next)
+			fetch_task_inputs(w, i);
 	}
-	if (only_type == STARPU_CPU_WORKER && push_to_cpu_pool(p, task, ctx) == 0) {
-		record_decision(p, t0);
-		return 0;
-	}
+	return cpu ? STARPU_CPU_WORKER : STARPU_CUDA_WORKER;
+}
+
+/* Queues a ready task: in the CPU pool or on the earliest-finishing worker of the type
+ * `only_type` (-1: any). */
+static void place_ready(struct policy *p, struct starpu_task *task, unsigned ctx, int only_type)
+{
+	if (only_type == STARPU_CPU_WORKER && push_to_cpu_pool(p, task, ctx) == 0)
+		return;
 	double predicted = NAN;
 	int worker = _dos_queues_choose(&p->queues, task, ctx, only_type, &predicted);
 	if (worker < 0) /* the planned kind cannot run it (e.g. task->where): any worker */
@@ -822,8 +961,74 @@ static int push_task(struct starpu_task *task)
 	STARPU_ASSERT_MSG(worker >= 0, "no worker of the context can execute task %s", starpu_task_get_name(task));
 	/* GPU-planned updates are prefetched by the plan, a few at a time (plan_step) */
 	_dos_queues_push(&p->queues, task, worker, predicted, only_type != STARPU_CUDA_WORKER);
+}
+
+/* Places the parked updates of steps just planned (without the plan lock). */
+static void dispatch_released(struct policy *p, struct starpu_task_list *release, unsigned sched_ctx)
+{
+	if (starpu_task_list_empty(release))
+		return;
+	while (!starpu_task_list_empty(release)) {
+		struct starpu_task *task = starpu_task_list_pop_front(release);
+		lock_plan(p);
+		int only_type = ready_update(p, task);
+		unlock_plan(p);
+		place_ready(p, task, sched_ctx, only_type);
+	}
+	if (starpu_worker_get_id() < 0)
+		issue_deferred_prefetches(p);
+}
+
+/* Whether a ready update of an open step may wait for the step to complete: only when
+ * its completion is sure to come (dos.h's step contract). */
+static int may_park(const struct policy *p)
+{
+	return p->announced || p->last_step_size > 0;
+}
+
+static int push_task(struct starpu_task *task)
+{
+	unsigned ctx = task->sched_ctx;
+	struct policy *p = policy_of(ctx);
+	double t0 = seconds_now();
+	int only_type = -1;
+	if (_dos_is_update(task)) {
+		lock_plan(p);
+		struct step_tasks *s = collected_slot(p, task);
+		if (s && !s->planned) {
+			if (!s->closed && may_park(p)) { /* its plan waits for the whole step */
+				starpu_task_list_push_back(&s->parked, task);
+				/* StarPU's push ends here; placing it later only moves its push end time */
+				starpu_push_task_end(task);
+				unlock_plan(p);
+				record_decision(p, t0);
+				return 0;
+			}
+			plan_step(p, s, ctx);
+		}
+		only_type = ready_update(p, task);
+		unlock_plan(p);
+		if (starpu_worker_get_id() < 0) /* the application's thread, submitting */
+			issue_deferred_prefetches(p);
+	}
+	place_ready(p, task, ctx, only_type);
 	record_decision(p, t0);
 	return 0;
+}
+
+/* StarPU calls it before the application waits: every step collected so far is complete,
+ * and its parked updates are planned and placed (nothing may wait on a wait). */
+static void do_schedule(unsigned sched_ctx)
+{
+	struct policy *p = policy_of(sched_ctx);
+	struct starpu_task_list release;
+	starpu_task_list_init(&release);
+	lock_plan(p);
+	newest_step_complete(p);
+	for (int i = 0; i < STEP_SLOTS; i++)
+		close_step(p, &p->steps[i], sched_ctx, &release);
+	unlock_plan(p);
+	dispatch_released(p, &release, sched_ctx);
 }
 
 /* Whether every buffer `task` reads is valid on memory node `node` already. */
@@ -849,10 +1054,10 @@ static struct starpu_task *next_gpu_task(struct starpu_task_list *queue, int w)
 {
 	struct starpu_task *front = starpu_task_list_front(queue);
 	unsigned node = starpu_worker_get_memory_node((unsigned)w);
-	if (front->cl == &_dos_adam_codelet && !inputs_on_node(front, node))
+	if (_dos_is_update(front) && !inputs_on_node(front, node))
 		for (struct starpu_task *t = starpu_task_list_next(front); t != starpu_task_list_end(queue);
 		     t = starpu_task_list_next(t))
-			if (t->cl != &_dos_adam_codelet)
+			if (!_dos_is_update(t))
 				return t;
 	return front;
 }
@@ -909,10 +1114,10 @@ static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 {
 	struct policy *p = policy_of(sched_ctx);
 	issue_deferred_prefetches(p); /* those a push on a worker thread had to leave */
-	if (task->cl == &_dos_adam_codelet) {
+	if (_dos_is_update(task)) {
 		/* the update began: its window must not fetch for it any more */
 		lock_plan(p);
-		if (task->sched_data && TAG_GENERATION(task->sched_data) == p->generation)
+		if (IS_PLACED(task->sched_data) && TAG_GENERATION(task->sched_data) == p->generation)
 			window_of(p, TAG_PLACEMENT(task->sched_data))->entries[TAG_INDEX(task->sched_data)].started = 1;
 		unlock_plan(p);
 		return;
@@ -928,7 +1133,8 @@ static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 {
 	_dos_queues_task_ended(&policy_of(sched_ctx)->queues, starpu_worker_get_id_check());
-	if (task->cl != &_dos_adam_codelet) {
+	struct _dos_update_view u;
+	if (_dos_update_view(task, &u)) {
 		if (task->sched_data) { /* an application task that ran on the GPU */
 			struct policy *p = policy_of(sched_ctx);
 			double start = TAG_START_US(task->sched_data) * 1e-6, end = starpu_timing_now() * 1e-6;
@@ -944,7 +1150,7 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		}
 		return;
 	}
-	if (!task->sched_data)
+	if (!IS_PLACED(task->sched_data))
 		return;
 	enum dos_placement place = TAG_PLACEMENT(task->sched_data);
 	uint32_t generation = TAG_GENERATION(task->sched_data);
@@ -956,30 +1162,31 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		 * home or dropped when its home is the host): their copies must not crowd out
 		 * resident state. Staged state is written back now, and its GPU copy is the
 		 * first evicted. */
-		for (int b = place == DOS_PLACE_GPU_TRANSIENT ? DOS_ADAM_BUF_MASTER : DOS_ADAM_BUF_GRAD;
-		     b < _dos_adam_step_data_end(task); b++)
-			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, b));
+		for (int r = place == DOS_PLACE_GPU_TRANSIENT ? DOS_ADAM_BUF_MASTER : DOS_ADAM_BUF_GRAD;
+		     r < u.step_data_end; r++)
+			starpu_data_wont_use(_dos_update_handle(task, &u, r));
 		/* The host reads the non-finite flag one step later: written home while the link
 		 * idles, it is there when asked, instead of each read waiting for a transfer on
 		 * the submitting thread. */
-		int flag = _dos_adam_flag_buffer(task);
+		int flag = u.flag;
 		if (flag >= 0)
 			starpu_data_wont_use(STARPU_TASK_GET_HANDLE(task, flag));
 	}
 	double now = starpu_timing_now() * 1e-6;
 	lock_plan(p);
 	if (p->gpu_node >= 0) /* the span of its gradient's and 16-bit weights' GPU copies */
-		for (int b = DOS_ADAM_BUF_GRAD; b < _dos_adam_step_data_end(task); b++) {
-			starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
+		for (int r = DOS_ADAM_BUF_GRAD; r < u.step_data_end; r++) {
+			starpu_data_handle_t h = _dos_update_handle(task, &u, r);
 			if (!home_is_gpu(h))
 				_dos_app_memory_update_use(&p->app_memory, h,
-							   (STARPU_TASK_GET_MODE(task, b) & STARPU_R) != 0, now);
+							   (STARPU_TASK_GET_MODE(task, u.buffer[r]) & STARPU_R) != 0,
+							   now);
 		}
 	if (place == DOS_PLACE_CPU_THEN_RESIDENT && !on_cuda && p->gpu_node >= 0)
 		/* its state moves to the GPU now that the CPU has updated it, when the link has
 		 * nothing else to do (the next forward and backward): resident next step */
-		for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
-			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), (unsigned)p->gpu_node, 0, 1);
+		for (int r = 0; r < DOS_ADAM_STATE_BUFFERS; r++)
+			defer_prefetch(p, _dos_update_handle(task, &u, r), (unsigned)p->gpu_node, 0, 1);
 	if (place == DOS_PLACE_GPU_TRANSIENT && on_cuda && p->eager_writeback)
 		/* When the GPU cannot keep every staged subgroup beside the resident state until
 		 * the next update phase, staged state goes home now, as the plan assumes, not
@@ -990,8 +1197,8 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		 * before the next step stages the same state again, which then moves nothing:
 		 * writing back eagerly there only adds traffic. (Measured both ways:
 		 * results/full-gpu-sim-2026-11-29.md, results/comment-evidence-2026-12-01.md.) */
-		for (int b = 0; b < DOS_ADAM_STATE_BUFFERS; b++)
-			defer_prefetch(p, STARPU_TASK_GET_HANDLE(task, b), STARPU_MAIN_RAM, 0, 0);
+		for (int r = 0; r < DOS_ADAM_STATE_BUFFERS; r++)
+			defer_prefetch(p, _dos_update_handle(task, &u, r), STARPU_MAIN_RAM, 0, 0);
 	if (generation == p->generation) { /* not an update of an older plan */
 		/* one more update of its window ended: start the next fetch */
 		_dos_app_memory_update_ended(&p->app_memory, now);
@@ -1036,6 +1243,7 @@ static void remove_workers(unsigned sched_ctx, int *workerids, unsigned nworkers
 		.push_task = push_task,                                                                               \
 		.pop_task = pop_task,                                                                                 \
 		.submit_hook = submit_hook,                                                                           \
+		.do_schedule = do_schedule,                                                                           \
 		.pre_exec_hook = pre_exec_hook,                                                                       \
 		.post_exec_hook = post_exec_hook,                                                                     \
 		.add_workers = add_workers,                                                                           \
@@ -1115,6 +1323,30 @@ int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes)
 	lock_plan(p);
 	p->app_reserve_bytes = bytes;
 	unlock_plan(p);
+	return 0;
+}
+
+int dos_sched_step_submitted(unsigned sched_ctx)
+{
+	struct policy *p = checked_policy(__func__, sched_ctx);
+	if (!p)
+		return -EINVAL;
+	struct starpu_task_list release;
+	starpu_task_list_init(&release);
+	lock_plan(p);
+	p->announced = 1;
+	newest_step_complete(p);
+	/* the step being submitted: the newest still collecting */
+	struct step_tasks *newest = NULL;
+	for (int i = 0; i < STEP_SLOTS; i++) {
+		struct step_tasks *s = &p->steps[i];
+		if (s->n > 0 && !s->planned && !s->closed && (!newest || s->step > newest->step))
+			newest = s;
+	}
+	if (newest)
+		close_step(p, newest, sched_ctx, &release);
+	unlock_plan(p);
+	dispatch_released(p, &release, sched_ctx);
 	return 0;
 }
 

@@ -6,12 +6,6 @@
 
 #include "cost_model.h"
 
-/* The dos policy collects the updates of at most this many unplanned steps at once (a
- * step is planned when its first update is ready); the updates of a step submitted
- * beyond that fall back to earliest-finish placement, so whoever submits many steps
- * ahead (the embedding API) keeps fewer in flight. */
-#define DOS_PLAN_STEPS_COLLECTED 4
-
 enum dos_placement {
 	DOS_PLACE_CPU = 0,
 	DOS_PLACE_GPU_RESIDENT = 1,  /* updated on the GPU, state kept there afterwards */

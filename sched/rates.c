@@ -66,18 +66,14 @@ static double link_rate(unsigned src, unsigned dst)
 	return isfinite(mb_per_s) && mb_per_s > 0 ? mb_per_s * 1e6 : DEFAULT_LINK_BYTES_PER_SECOND;
 }
 
-int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const struct dos_data_homes *homes,
-		       double reserved_gpu_bytes, struct dos_machine_costs *out, int *calibrated)
+int _dos_measure_costs(struct starpu_task *update, double params, unsigned sched_ctx,
+		       const struct dos_data_homes *homes, double reserved_gpu_bytes, struct dos_machine_costs *out,
+		       int *calibrated)
 {
-	uint64_t step;
-	enum dos_dtype gt, wt;
-	size_t params;
-	if (_dos_adam_task_info(adam_task, &step, &gt, &wt, &params))
-		return -1;
 	int cpu = _dos_first_worker_of_type(sched_ctx, STARPU_CPU_WORKER);
 	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
-	double c = seconds_per_param(adam_task, cpu, sched_ctx, (double)params);
-	double g = seconds_per_param(adam_task, gpu, sched_ctx, (double)params);
+	double c = seconds_per_param(update, cpu, sched_ctx, params);
+	double g = seconds_per_param(update, gpu, sched_ctx, params);
 	*calibrated = isfinite(c) && (gpu < 0 || isfinite(g));
 	/* n workers share the host's memory bandwidth: none of them goes faster than its
 	 * share of the aggregate rate measured with every core busy */
@@ -152,7 +148,7 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
 		/* gradients and 16-bit weights that live on the GPU are not the optimizer's room */
 		double homed = params * ((homes.grads_on_gpu ? homes.grad_bytes_per_param : 0.0) +
 					 (homes.weights_on_gpu ? homes.weight_bytes_per_param : 0.0));
-		_dos_measure_costs(probe, sched_ctx, &homes, homed, &m, &calibrated);
+		_dos_measure_costs(probe, subgroup_params, sched_ctx, &homes, homed, &m, &calibrated);
 		if (!calibrated)
 			err = DOS_FAIL(-ENODATA,
 				       "StarPU's dos_adam perfmodel has no measurements for subgroups of %g params on "

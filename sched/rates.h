@@ -6,12 +6,14 @@
 
 #include "cost_model.h"
 
-/* Fills *out for subgroups like `adam_task` (a dos_adam task) in `sched_ctx`, with
- * `reserved_gpu_bytes` of GPU memory set aside for the application; *calibrated tells
- * whether StarPU's models had samples for both sides. Returns 0, -1 if `adam_task` is
- * not a dos_adam task. */
-int _dos_measure_costs(struct starpu_task *adam_task, unsigned sched_ctx, const struct dos_data_homes *homes,
-		       double reserved_gpu_bytes, struct dos_machine_costs *out, int *calibrated);
+/* Fills *out for subgroups like `update` (an update task of `params` parameters: a
+ * dos_adam task, or a foreign one, measured by its codelet's own perfmodel) in
+ * `sched_ctx`, with `reserved_gpu_bytes` of GPU memory set aside for the application;
+ * *calibrated tells whether StarPU's models had samples for both sides (without them,
+ * the defaults of cost_model.h). Returns 0. */
+int _dos_measure_costs(struct starpu_task *update, double params, unsigned sched_ctx,
+		       const struct dos_data_homes *homes, double reserved_gpu_bytes, struct dos_machine_costs *out,
+		       int *calibrated);
 
 /* The contention factor for this host: DOS_HOST_CONTENTION, else what
  * dos_host_contention_record() stored for it, else 1 (host_measurements.c). */

@@ -75,7 +75,14 @@ int main(void)
 	static uint16_t g16[N], w16[N];
 	static struct dos_grad_stats stats;
 	static uint32_t flag;
-	starpu_data_handle_t hp, hm, hv, hg16, hg32, hw, hshort, hstats, hbad_stats, hflag;
+	starpu_data_handle_t hp, hm, hv, hg16, hg32, hw, hshort, hstats, hbad_stats, hflag, hpadded, hfp64, hcoo;
+	static float padded[2 * N];
+	static double fp64[N];
+	static uint32_t coo_columns[1], coo_rows[1];
+	starpu_matrix_data_register(&hpadded, STARPU_MAIN_RAM, (uintptr_t)padded, 2 * N / 4, N / 4, 4, 4);
+	starpu_vector_data_register(&hfp64, STARPU_MAIN_RAM, (uintptr_t)fp64, N, sizeof(double));
+	starpu_coo_data_register(&hcoo, STARPU_MAIN_RAM, N, 1, 1, coo_columns, coo_rows, (uintptr_t)fp64,
+				 sizeof(float));
 	starpu_vector_data_register(&hp, STARPU_MAIN_RAM, (uintptr_t)p, N, 4);
 	starpu_vector_data_register(&hm, STARPU_MAIN_RAM, (uintptr_t)m, N, 4);
 	starpu_vector_data_register(&hv, STARPU_MAIN_RAM, (uintptr_t)v, N, 4);
@@ -105,9 +112,28 @@ int main(void)
 	EXPECT(-EINVAL, "step->grad_multiplier = nan",
 	       dos_adam_task_create(&nan_multiplier, hp, hm, hv, hg16, DOS_FP16, hw, DOS_BF16, &task));
 	EXPECT(-EINVAL, "master is NULL", dos_adam_task_create(&st, NULL, hm, hv, hg16, DOS_FP16, hw, DOS_BF16, &task));
-	EXPECT(-EINVAL, "v is not a vector",
+	/* any contiguous handle of the right element count is accepted (variable, matrix...),
+	 * a padded matrix, fp64 data and interfaces of other layouts are not */
+	EXPECT(-EINVAL, "v has 2 elements but master has 64",
 	       dos_adam_task_create(&st, hp, hm, hbad_stats, hg16, DOS_FP16, hw, DOS_BF16, &task));
-	EXPECT(-EINVAL, "grad has 2-byte elements, expected 4",
+	EXPECT(-EINVAL, "v is a matrix handle with padding",
+	       dos_adam_task_create(&st, hp, hm, hpadded, hg16, DOS_FP16, hw, DOS_BF16, &task));
+	EXPECT(-EINVAL, "m is a vector of 8-byte elements, expected 4 (fp64 is not supported",
+	       dos_adam_task_create(&st, hp, hfp64, hv, hg16, DOS_FP16, hw, DOS_BF16, &task));
+	EXPECT(-EINVAL, "m has interface id",
+	       dos_adam_task_create(&st, hp, hcoo, hv, hg16, DOS_FP16, hw, DOS_BF16, &task));
+	{ /* the same data as a packed matrix (ld = nx) and as a variable: accepted */
+		starpu_data_handle_t hmatrix, hvariable;
+		starpu_matrix_data_register(&hmatrix, STARPU_MAIN_RAM, (uintptr_t)padded, N / 4, N / 4, 4, 4);
+		starpu_variable_data_register(&hvariable, STARPU_MAIN_RAM, (uintptr_t)fp64, N * sizeof(float));
+		CHECK(dos_adam_task_create(&st, hp, hmatrix, hvariable, hg16, DOS_FP16, hw, DOS_BF16, &task) == 0,
+		      "a packed matrix and a variable refused: %s", dos_last_error());
+		task->destroy = 0;
+		starpu_task_destroy(task);
+		starpu_data_unregister(hmatrix);
+		starpu_data_unregister(hvariable);
+	}
+	EXPECT(-EINVAL, "grad is a vector of 2-byte elements, expected 4",
 	       dos_adam_task_create(&st, hp, hm, hv, hg16, DOS_FP32, hw, DOS_BF16, &task));
 	EXPECT(-EINVAL, "grad_dtype = 9",
 	       dos_adam_task_create(&st, hp, hm, hv, hg16, (enum dos_dtype)9, hw, DOS_BF16, &task));
@@ -121,7 +147,8 @@ int main(void)
 	       NULL);
 	EXPECT(-EINVAL, "weight_dtype = fp32", dos_cast_task_create(hp, hw, DOS_FP32, &task));
 	EXPECT(-EINVAL, "master is NULL", dos_cast_task_create(NULL, hw, DOS_FP16, &task));
-	EXPECT(-EINVAL, "weight16 has 4-byte elements, expected 2", dos_cast_task_create(hp, hg32, DOS_FP16, &task));
+	EXPECT(-EINVAL, "weight16 is a vector of 4-byte elements, expected 2",
+	       dos_cast_task_create(hp, hg32, DOS_FP16, &task));
 	EXPECT(-EINVAL, "weight16 has 64 elements but master has 65",
 	       dos_cast_task_create(hshort, hw, DOS_BF16, &task));
 	expect(dos_cast_task_create(hp, hw, DOS_FP16, NULL), -EINVAL, "task_out is NULL", NULL);
@@ -130,7 +157,8 @@ int main(void)
 	EXPECT(-EINVAL, "stats must be a variable handle, not interface id",
 	       dos_grad_stats_task_create(hg16, DOS_FP16, hp, &task));
 	EXPECT(-EINVAL, "stats is NULL", dos_grad_stats_task_create(hg16, DOS_BF16, NULL, &task));
-	EXPECT(-EINVAL, "grad has 4-byte elements", dos_grad_stats_task_create(hg32, DOS_FP16, hstats, &task));
+	EXPECT(-EINVAL, "grad is a vector of 4-byte elements",
+	       dos_grad_stats_task_create(hg32, DOS_FP16, hstats, &task));
 	EXPECT(-EINVAL, "grad_dtype = 5", dos_grad_stats_task_create(hg16, (enum dos_dtype)5, hstats, &task));
 	EXPECT(-EINVAL, "factor = nan", dos_grad_scale_task_create(hg16, DOS_FP16, NAN, &task));
 	EXPECT(-EINVAL, "factor = inf", dos_grad_scale_task_create(hg16, DOS_FP16, INFINITY, &task));
@@ -227,7 +255,8 @@ int main(void)
 	CHECK(starpu_task_submit(task) == 0, "submit");
 	CHECK(starpu_task_wait_for_all() == 0, "wait");
 
-	starpu_data_handle_t all[] = {hp, hm, hv, hg16, hg32, hw, hshort, hstats, hbad_stats, hflag};
+	starpu_data_handle_t all[] = {hp,     hm,         hv,    hg16,    hg32,  hw,  hshort,
+				      hstats, hbad_stats, hflag, hpadded, hfp64, hcoo};
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 		starpu_data_unregister(all[i]);
 	starpu_shutdown();

@@ -138,7 +138,7 @@ static void optimizer(void)
 	expect(_dos_optimizer_create(&opt, &good, 2, numel, w_short, g, initial), -EINVAL,
 	       "weights[1] has 59 elements but numel[1] = 60");
 	expect(_dos_optimizer_create(&opt, &good, 2, numel, w, g_half, initial), -EINVAL,
-	       "grads[0] has 2-byte elements, expected 4");
+	       "grads[0] is a vector of 2-byte elements, expected 4");
 	expect(_dos_optimizer_create(&opt, &good, 2, empty, w, g, initial), -EINVAL,
 	       "weights[1] has 60 elements but numel[1] = 0");
 	c = good, c.subgroup_size = 0;

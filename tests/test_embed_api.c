@@ -239,13 +239,14 @@ static void refusals_with_starpu(void)
 	starpu_variable_data_register(&hvar, STARPU_MAIN_RAM, (uintptr_t)&dummy, sizeof dummy);
 	struct dos_opt_tensor x[T], *ok = a.tensors;
 	dos_opt_t opt;
-	BAD_TENSOR((x[0].weight = hvar), "tensors[0].weight is not a vector handle");
-	BAD_TENSOR((x[0].grad = h16), "tensors[0].grad has 2-byte elements, expected 4");
+	BAD_TENSOR((x[0].weight = hvar), "tensors[0].weight has 1 elements but numel = 700");
+	BAD_TENSOR((x[0].grad = h16), "tensors[0].grad is a vector of 2-byte elements, expected 4");
 	BAD_TENSOR((x[0].weight = hlong), "tensors[0].weight has 701 elements but numel = 700");
 	BAD_TENSOR((x[1].grad = x[1].weight), "is given twice");
 	struct dos_opt_config bf16 = cfg;
 	bf16.tensor_dtype = DOS_BF16;
-	expect(dos_opt_create(&opt, &bf16, T, a.tensors), -EINVAL, "tensors[0].weight has 4-byte elements, expected 2");
+	expect(dos_opt_create(&opt, &bf16, T, a.tensors), -EINVAL,
+	       "tensors[0].weight is a vector of 4-byte elements, expected 2");
 
 	/* none of that made a context: ours is the first one created after StarPU's own */
 	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
