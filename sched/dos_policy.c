@@ -755,6 +755,53 @@ static void place_subgroups(const struct policy *p, int gpu, const struct dos_ma
 		_dos_plan_step(m, sg, n, place);
 }
 
+/* Whether the application's GPU memory is known well enough to pin resident state on the
+ * GPU (plan lock held): pinned state cannot be evicted, so an application that needs more
+ * than the forecast would wait for memory nobody frees. Known: measured over a whole
+ * iteration, or no application task ran on the GPU at all; not when the plan goes by
+ * the declaration alone (DOS_GPU_FORECAST=declared). */
+static int forecast_is_measured(const struct policy *p)
+{
+	const struct dos_app_forecast *f = &p->app_memory.last;
+	return !p->forecast_declared_only && f->learned && (f->whole_iteration || f->gpu_busy_seconds == 0);
+}
+
+/* Pins the state the plan keeps resident on the GPU there, and unpins the rest (plan lock
+ * held). StarPU's background write-back ("tidy": when fewer than
+ * STARPU_MINIMUM_CLEAN_BUFFERS % of a GPU's buffers are clean, it writes dirty ones home
+ * until STARPU_TARGET_CLEAN_BUFFERS % are) takes resident state, dirty there on purpose,
+ * for any dirty data: it writes it home behind the plan, and the copy holds the handle
+ * read-only until it ends, so the next update waits for it; on a GPU that the resident
+ * state fills, the tidy runs again every step and the copies pile up on the link. The
+ * GPU's bit in a handle's write-through mask keeps the tidy and eviction away from its
+ * GPU copy. Only state updated on the GPU and kept there is pinned: a write on another
+ * node is copied through to the GPU at once, which a subgroup updated on the CPU before
+ * it moves in (DOS_PLACE_CPU_THEN_RESIDENT) must not do, since its move waits for the
+ * link to idle. Application data keeps StarPU's settings. Pinning needs a measured
+ * forecast (forecast_is_measured); until then StarPU may evict resident state, which
+ * the eviction signal learns from. Nor is anything pinned while the plan stages state
+ * beside an application that runs on the GPU: the staging slots then share the room the
+ * application leaves, which its measured peak does not describe exactly (StarPU's cache
+ * of freed buffers, allocation granularity); where it falls short, evicting resident
+ * state is what frees the room, and pinned, the staged copies and the application's
+ * data evict each other instead. Only the dos rule pins: its resident state fits the
+ * budget with room to stage beside it, while a static split may plan more resident state
+ * than the GPU holds, and pinned, the updates that need room would wait forever. */
+static void pin_resident_state(struct policy *p, struct step_tasks *s, const enum dos_placement *place)
+{
+	int pin = p->rule == RULE_DOS && p->gpu_node >= 0 && p->gpu_node < 32 && forecast_is_measured(p);
+	for (int i = 0; i < s->n && pin && p->app_memory.last.gpu_busy_seconds > 0; i++)
+		pin = place[i] != DOS_PLACE_GPU_TRANSIENT;
+	for (int i = 0; i < s->n; i++) {
+		struct _dos_update_view u;
+		if (_dos_update_view(s->tasks[i], &u))
+			continue;
+		unsigned mask = pin && place[i] == DOS_PLACE_GPU_RESIDENT ? 1u << (unsigned)p->gpu_node : 0u;
+		for (int r = 0; r < DOS_ADAM_STATE_BUFFERS; r++)
+			starpu_data_set_wt_mask(_dos_update_handle(s->tasks[i], &u, r), mask);
+	}
+}
+
 /* Tags each update with its placement and starts the transfers of the plan (plan lock
  * held); returns the number of updates placed on the GPU. The state the plan newly keeps
  * resident is prefetched now (it fits by construction); the staged subgroups' state and
@@ -864,6 +911,7 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	step_costs(p, s, sched_ctx, gpu, sg, &m, &calibrated);
 	place_subgroups(p, gpu, &m, sg, s->n, place);
 	int ngpu = start_transfers(p, s, sg, place, &m);
+	pin_resident_state(p, s, place);
 	report_plan(p, s->step, sg, s->n, place, ngpu, &m, calibrated);
 	s->planned = 1;
 	free(sg);

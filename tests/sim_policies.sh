@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Properties of the policies on the simulated machines (StarPU's SimGrid build; times are
 # simulated, so the run is deterministic): on every machine `dos` is no slower than the
-# better of dmda and stride (k = 2); with a GPU memory limit no policy's peak exceeds it;
-# after the final flush every subgroup's state is valid on the host; in whole simulated
-# training iterations dos is no slower than dmda; a model that declares less GPU memory
-# than it uses is planned around once its use is measured. Writes a
-# test-suite-style summary (# PASS / # FAIL lines) to the file named by $2.
+# better of dmda and stride (k = 2), and within 1.05x the bound where whole subgroups allow
+# it; with a GPU memory limit no policy's peak exceeds it; after the final flush every
+# subgroup's state is valid on the host; in whole simulated training iterations dos is no
+# slower than dmda; a model that declares less GPU memory than it uses is planned around
+# once its use is measured. Writes a test-suite-style summary (# PASS / # FAIL lines) to
+# the file named by $2.
 #
 # Usage: tests/sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE
 set -uo pipefail
@@ -30,11 +31,12 @@ check() { # check DESCRIPTION CONDITION-EXIT-STATUS
 	fi
 }
 
-# case MACHINE GPU_MEM_MIB [HOMES]: 2e9 params in 1e8 subgroups under dos, stride and dmda,
-# gradients and 16-bit weights in host memory or (HOMES=gpu) on the GPU as in training
+# case MACHINE GPU_MEM_MIB HOMES [TO_BOUND]: 2e9 params in 1e8 subgroups under dos, stride
+# and dmda, gradients and 16-bit weights in host memory or (HOMES=gpu) on the GPU as in
+# training; dos at most TO_BOUND times the bound when given
 run_case() {
-	local machine=$1 mem=$2 homes=${3:-host}
-	local label="$machine (gpu-mem-mib $mem, homes $homes)" out=$home/$1-$2-${3:-host}.txt
+	local machine=$1 mem=$2 homes=$3 max_to_bound=${4:-}
+	local label="$machine (gpu-mem-mib $mem, homes $homes)" out=$home/$1-$2-$3.txt
 	(
 		eval "$("$top"/tools/sim-env.sh "$machine" "$home/$machine-$mem-$homes")"
 		"$bench" optimizer --params 2e9 --subgroup 1e8 --steps 2 --gpu-mem-mib "$mem" --homes "$homes" \
@@ -50,6 +52,12 @@ run_case() {
 	dmda=$(awk '$1 == "dmda" {print $2}' "$out")
 	awk -v d="$dos" -v s="$stride" -v m="$dmda" 'BEGIN {b = s < m ? s : m; exit !(d <= b * 1.001)}'
 	check "$label: dos ${dos} ms <= min(stride ${stride}, dmda ${dmda}) ms" $?
+	if [[ -n $max_to_bound ]]; then
+		local to_bound
+		to_bound=$(awk '$1 == "dos" {print $6}' "$out")
+		awk -v r="$to_bound" -v max="$max_to_bound" 'BEGIN {exit !(r != "" && r <= max)}'
+		check "$label: dos at ${to_bound}x the bound (at most ${max_to_bound}x)" $?
+	fi
 	if [[ $mem != 0 ]]; then
 		awk -v lim="$mem" '$1 ~ /^(dos|stride|dmda)$/ && $10 != "-" && $10 > lim {bad = 1} END {exit bad}' "$out"
 		check "$label: peak GPU memory within the limit" $?
@@ -62,10 +70,18 @@ run_case() {
 
 python3 "$top"/tools/gen-machine.py --check >/dev/null
 check "sched/machines matches tools/gen-machine.py" $?
-run_case h100-pcie5 8192
+# The bound splits the parameters continuously; with 20 subgroups each CPU update is a
+# tenth of the step, so where the optimum falls between whole subgroups no placement
+# reaches it. On h100-pcie5 the same model over whole subgroups is 1.088x the bound with
+# 8192 MiB (dos is there) and 1.051x with 16384 MiB and the training layout (dos 1.10x:
+# its 7 staged subgroups also fill a two-slot pipeline): those two are not held to it.
+run_case h100-pcie5 8192 host
 run_case h100-pcie5 16384 gpu
-run_case a100-pcie4 0
-run_case h200 0
+run_case a100-pcie4 0 host 1.05
+run_case h200 0 host 1.05
+# The training layout with room for all the state, under StarPU's default background
+# write-back: the state the plan keeps resident must stay out of its reach (docs/policy.md).
+run_case h200 0 gpu 1.05
 
 # Whole training iterations (dos-train --simulate: forward and backward on the GPU, the
 # optimizer's updates placed by the policy): on the 1b preset dos is no slower than dmda,

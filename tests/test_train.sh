@@ -149,7 +149,7 @@ echo "checkpoints: 5 + save + resume + 7 steps bit-identical to 12 straight step
 
 # SIGKILL during training that saves every step: the latest checkpoint must always load
 # and resume to the same state as the uninterrupted run.
-steps=300 # about 1.2 s here: the kills land before, during and between checkpoint writes
+steps=300 # about 1.2 s here: the kills land during and between checkpoint writes
 $train --preset tiny --steps $steps --quiet --dump "$work/straight.bin" >"$work/log" 2>&1 || fail "straight run failed"
 kills=${DOS_KILL_ROUNDS:-8}
 midway=
@@ -158,7 +158,14 @@ for round in $(seq 1 "$kills"); do
 	mkdir -p "$ck"
 	$train --preset tiny --steps $steps --quiet --checkpoint-dir "$ck" --checkpoint-every 1 >/dev/null 2>&1 &
 	pid=$!
-	sleep "$(awk -v r="$round" -v k="$kills" 'BEGIN {printf "%.3f", 0.1 + 1.0 * r / k}')"
+	# from its first checkpoint (however long the run took to start on a loaded machine
+	# or under a sanitizer), a different moment of the saves each round
+	for _ in $(seq 1 600); do
+		ls "$ck" | grep -qE '^checkpoint-[0-9]+\.dos$' && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	sleep "$(awk -v r="$round" -v k="$kills" 'BEGIN {printf "%.3f", 1.0 * r / k}')"
 	kill -9 "$pid" 2>/dev/null
 	wait "$pid" 2>/dev/null
 	if ! ls "$ck"/checkpoint-*.dos >/dev/null 2>&1; then
