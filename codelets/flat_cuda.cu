@@ -12,13 +12,13 @@ static __global__ void flat_copy_piece(void *destination, enum dos_dtype dst_dty
 		dos_store_elem(destination, i, dst_dtype, dos_load_elem(source, i, src_dtype));
 }
 
-extern "C" cudaError_t _dos_flat_copy_cuda(void *destination, const void *const *sources,
+extern "C" cudaError_t _dos_flat_copy_cuda(void *const *destinations, const void *const *sources,
 					   const struct dos_flat_copy_args *args, cudaStream_t stream)
 {
 	size_t dst_size = dos_dtype_size(args->destination_dtype), src_size = dos_dtype_size(args->source_dtype);
 	for (uint32_t k = 0; k < args->npieces; k++) {
 		const struct dos_flat_piece *p = &args->pieces[k];
-		char *dst = (char *)destination + p->destination_offset * dst_size;
+		char *dst = (char *)destinations[p->destination] + p->destination_offset * dst_size;
 		const char *src = (const char *)sources[p->source] + p->source_offset * src_size;
 		if (args->source_dtype == args->destination_dtype) {
 			cudaError_t err =

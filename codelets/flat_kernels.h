@@ -15,10 +15,10 @@
 #include "dos.h"
 
 /* One contiguous run: `len` elements from source buffer `source` (index among the task's
- * source buffers) at `source_offset` to the destination at `destination_offset`. */
+ * source buffers) at `source_offset` to destination buffer `destination` (index among its
+ * destination buffers: 0 when there is one) at `destination_offset`. */
 struct dos_flat_piece {
-	uint32_t source;
-	uint32_t pad_;
+	uint32_t source, destination;
 	uint64_t source_offset, destination_offset, len;
 };
 
@@ -26,11 +26,18 @@ struct dos_flat_piece {
 struct dos_flat_copy_args {
 	enum dos_dtype source_dtype, destination_dtype;
 	uint32_t npieces;
-	uint32_t pad_;
+	uint32_t ndestinations;
 	struct dos_flat_piece pieces[];
 };
 
-void _dos_flat_copy_cpu(void *destination, const void *const *sources, const struct dos_flat_copy_args *args);
+void _dos_flat_copy_cpu(void *const *destinations, const void *const *sources, const struct dos_flat_copy_args *args);
+
+/* One chunk of a subgroup's gradient in a data-parallel job (DOS_DP_SCATTER): the
+ * `npartials` ranks' partial gradients of its `len` elements, in rank order, summed in
+ * fp32 one after the other (the same additions in the same order whatever the number of
+ * elements), the sum rounded once into `out` (round to nearest even). */
+void _dos_grad_sum_cpu(void *out, enum dos_dtype out_dtype, const void *const *partials, uint32_t npartials,
+		       enum dos_dtype partial_dtype, uint64_t len);
 
 /* The token batch of one micro-batch: for each of the `nseq` sequences, `len` bytes of the
  * corpus from starts[s] become ids (and the next `len` bytes, shifted by one, targets).
@@ -43,8 +50,8 @@ void _dos_batch_cpu(const uint8_t *corpus, const uint64_t *starts, uint32_t nseq
 #ifdef __cplusplus
 extern "C" {
 #endif
-cudaError_t _dos_flat_copy_cuda(void *destination, const void *const *sources, const struct dos_flat_copy_args *args,
-				cudaStream_t stream);
+cudaError_t _dos_flat_copy_cuda(void *const *destinations, const void *const *sources,
+				const struct dos_flat_copy_args *args, cudaStream_t stream);
 #ifdef __cplusplus
 }
 #endif

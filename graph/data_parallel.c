@@ -1,5 +1,6 @@
 /* Data parallelism over StarPU-MPI (data_parallel.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "config.h"
@@ -43,12 +44,16 @@ int _dos_dp_owner(const struct dos_data_parallel *dp, uint32_t nsubgroups, uint3
 
 int _dos_dp_launched(void)
 {
+#if DOS_SMPI
+	return 1; /* built for SMPI: every run is a rank of starpu_smpirun, even alone */
+#else
 	/* Open MPI's mpirun, Slurm's srun (a step with tasks), and PMI/PMIx launchers */
 	const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
 		if (getenv(names[i]))
 			return 1;
 	return 0;
+#endif
 }
 
 /* A message's tag: kind in the high bits, index below. */
@@ -67,11 +72,27 @@ int _dos_dp_available(void)
 	return 1;
 }
 
-int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
-		 struct dos_rank_binding *binding)
+#if DOS_SMPI
+/* Under SMPI, StarPU-MPI has initialised MPI (single-threaded: no direct MPI call may
+ * race its progress thread) before our main, each rank is one simulated node with its
+ * own simulated GPU, and there is no real core to bind: nothing to learn or choose. */
+static int init_mpi_and_bind(int *argc, char ***argv, struct starpu_conf *conf, struct dos_rank_binding *binding)
 {
-	/* MPI first (StarPU-MPI's thread level), to learn the ranks of this node and bind
-	 * this one before StarPU creates its workers */
+	(void)argc, (void)argv, (void)conf;
+	*binding = (struct dos_rank_binding){.gpu = -1, .local_size = 1};
+	snprintf(binding->text, sizeof binding->text, "a simulated node of its own (SMPI): nothing to bind");
+	return 0;
+}
+
+static void finalize_mpi(void)
+{
+	/* StarPU-MPI's shutdown finalises the MPI it initialised */
+}
+#else
+/* MPI first (StarPU-MPI's thread level), to learn the ranks of this node and bind this
+ * one before StarPU creates its workers. */
+static int init_mpi_and_bind(int *argc, char ***argv, struct starpu_conf *conf, struct dos_rank_binding *binding)
+{
 	int provided, err;
 	if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
 		return DOS_FAIL(-EIO, "MPI_Init_thread failed");
@@ -82,13 +103,26 @@ int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_d
 		MPI_Comm_size(node, &local_size);
 		MPI_Comm_free(&node);
 	}
-	if ((err = _dos_bind_rank(local_rank, local_size, conf, binding))) {
+	if ((err = _dos_bind_rank(local_rank, local_size, conf, binding)))
 		MPI_Finalize();
+	return err;
+}
+
+static void finalize_mpi(void)
+{
+	MPI_Finalize(); /* ours: StarPU-MPI did not initialise it */
+}
+#endif
+
+int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
+		 struct dos_rank_binding *binding)
+{
+	int err = init_mpi_and_bind(argc, argv, conf, binding);
+	if (err)
 		return err;
-	}
 	err = starpu_mpi_init_conf(argc, argv, 0, MPI_COMM_WORLD, conf);
 	if (err) {
-		MPI_Finalize();
+		finalize_mpi();
 		return DOS_STARPU_INIT_FAILED(err, "starpu_mpi_init_conf");
 	}
 	starpu_mpi_comm_rank(MPI_COMM_WORLD, &dp->rank);
@@ -103,7 +137,7 @@ void _dos_dp_shutdown(void)
 	starpu_mpi_wait_for_all(MPI_COMM_WORLD);
 	starpu_mpi_barrier(MPI_COMM_WORLD);
 	starpu_mpi_shutdown();
-	MPI_Finalize(); /* ours: StarPU-MPI did not initialise it */
+	finalize_mpi();
 }
 
 void _dos_dp_barrier(void)
@@ -113,8 +147,10 @@ void _dos_dp_barrier(void)
 }
 
 /* Through StarPU-MPI like every other message: MPI is initialised for one thread at a
- * time (MPI_THREAD_SERIALIZED), and StarPU-MPI's progress thread is the one that talks. */
-double _dos_dp_sum(double x)
+ * time (MPI_THREAD_SERIALIZED; SMPI: MPI_THREAD_SINGLE), and StarPU-MPI's progress thread
+ * is the one that talks. Rank 0 combines the values in rank order (a sum, or the largest
+ * when `largest`) and sends the result back. */
+static double combine_over_ranks(double x, int largest)
 {
 	if (!mpi_running)
 		return x;
@@ -131,7 +167,7 @@ double _dos_dp_sum(double x)
 			STARPU_CHECK_RETURN_VALUE(starpu_mpi_recv(h, r, up, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
 						  "starpu_mpi_recv");
 			starpu_data_acquire(h, STARPU_R);
-			sum += value;
+			sum = largest ? (value > sum ? value : sum) : sum + value;
 			starpu_data_release(h);
 		}
 		starpu_data_acquire(h, STARPU_W);
@@ -146,6 +182,16 @@ double _dos_dp_sum(double x)
 	}
 	starpu_data_unregister(h); /* brings the value home */
 	return value;
+}
+
+double _dos_dp_sum(double x)
+{
+	return combine_over_ranks(x, 0);
+}
+
+double _dos_dp_max(double x)
+{
+	return combine_over_ranks(x, 1);
 }
 
 void _dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index)
@@ -184,6 +230,11 @@ void _dos_dp_barrier(void)
 }
 
 double _dos_dp_sum(double x)
+{
+	return x;
+}
+
+double _dos_dp_max(double x)
 {
 	return x;
 }

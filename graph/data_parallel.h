@@ -26,9 +26,22 @@
 
 #include "rank_binding.h"
 
+/* How a step's gradients and weights travel between the ranks (docs/data-parallel.md). */
+enum dos_dp_exchange {
+	/* gradients summed along the chain 0 -> 1 -> ... -> N-1 in global micro-batch order:
+	 * the same bits as one process accumulating the global batch, but the last gradient
+	 * reaches its owner N hops after backward; each owner sends its weights to every rank */
+	DOS_DP_CHAIN = 0,
+	/* scatter.h: each rank sums one chunk of every subgroup, in rank order, and passes one
+	 * chunk of every owner's weights on: what follows backward does not grow with N, but
+	 * the bits depend on N */
+	DOS_DP_SCATTER,
+};
+
 /* This process's place in the job. {0, 0} and {0, 1} both mean a single process. */
 struct dos_data_parallel {
 	int rank, nranks;
+	enum dos_dp_exchange exchange;
 };
 
 static inline int _dos_dp_size(const struct dos_data_parallel *dp)
@@ -43,8 +56,11 @@ enum dos_dp_message {
 	DOS_DP_STATS,           /* index: subgroup */
 	DOS_DP_WEIGHTS,         /* index: subgroup */
 	DOS_DP_LOSS,            /* index: micro-batch of the global batch, and the step's parity */
-	DOS_DP_SUM,             /* _dos_dp_sum: 0 towards rank 0, 1 back */
+	DOS_DP_SUM,             /* _dos_dp_sum, _dos_dp_max: 0 towards rank 0, 1 back */
 	DOS_DP_EVAL_LOSS,       /* index: held-out micro-batch, and the step's parity */
+	DOS_DP_GRAD_CHUNK,      /* scatter: a rank's partial gradient; index: subgroup x N + chunk */
+	DOS_DP_GRAD_SUM,        /* scatter: a chunk's summed gradient, to the owner; the same index */
+	DOS_DP_WEIGHT_CHUNK,    /* scatter: a chunk of the owner's updated weights; the same index */
 };
 
 /* The subgroups [*first, *end) that `rank` owns: contiguous blocks as equal as possible, so
@@ -76,6 +92,8 @@ void _dos_dp_barrier(void);
 /* Sum of x over the ranks in rank order, the same on every rank (agreements on errors,
  * reports); every rank must call it at the same point. */
 double _dos_dp_sum(double x);
+/* The largest x over the ranks, the same on every rank; called like _dos_dp_sum. */
+double _dos_dp_max(double x);
 
 /* Detached, ordered like a task reading (send) or writing (receive) the handle. */
 void _dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index);

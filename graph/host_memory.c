@@ -18,6 +18,12 @@
 
 int _dos_host_alloc(void **ptr, size_t bytes, const char *what, int *pinned)
 {
+	/* StarPU's own host copies too (handles registered without a home: the gradients
+	 * a rank sends, data written back from the GPU): real memory for a 7B model's
+	 * gradients otherwise, per simulated rank. Not counted either: the machines' host
+	 * memory is not modelled, and StarPU would take this host's as every simulated
+	 * rank's, then wait forever for room when a job's ranks outgrow it */
+	starpu_malloc_on_node_set_default_flags(STARPU_MAIN_RAM, SIMULATED_FLAGS);
 	void *p = NULL;
 	if (starpu_malloc_flags(&p, bytes, SIMULATED_FLAGS) != 0 || !p)
 		return DOS_FAIL(-ENOMEM, "no host memory for %s: %zu bytes (%.2f GiB)", what, bytes,

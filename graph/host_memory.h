@@ -3,9 +3,10 @@
  * transfers to and from the GPUs are asynchronous DMA; pageable when pinning fails, said
  * once on stderr (graph/README.md); a clear -ENOMEM when there is no memory at all. In a
  * build against StarPU's SimGrid variant the simulated machine has far more memory than
- * this one: the arrays are then folded (many virtual pages on a few real ones), and since
- * no task body runs in simulation no value is real (DOS_VALUES_ARE_REAL is 0): nothing
- * initialises or reads them. */
+ * this one: the arrays are then folded (many virtual pages on a few real ones), and so are
+ * the host copies StarPU allocates itself once dos_host_alloc has run; since no task body
+ * runs in simulation no value is real (DOS_VALUES_ARE_REAL is 0): nothing initialises or
+ * reads them. */
 #ifndef DOS_HOST_MEMORY_H
 #define DOS_HOST_MEMORY_H
 

@@ -12,6 +12,7 @@
 #include "flat.h"
 #include "host_memory.h"
 #include "optimizer.h"
+#include "scatter.h"
 #include "subgroups.h"
 
 struct _dos_optimizer {
@@ -40,6 +41,7 @@ struct _dos_optimizer {
 	double loss_scale;            /* 1 without dynamic loss scaling */
 	uint32_t good_steps;          /* since the last change of the scale */
 	int copies_on_gpu;            /* gathers and refreshes run on CUDA workers (there are some) */
+	struct _dos_scatter *scatter; /* the chunks of a DOS_DP_SCATTER job (scatter.h), else NULL */
 };
 
 /* Tells a starpu-dos policy running the optimizer's context that the step's updates are
@@ -60,6 +62,13 @@ static void submit_task(struct _dos_optimizer *opt, struct starpu_task *task, en
 	int err = starpu_task_submit(task);
 	/* a refused submission leaves a half-built step that cannot be undone: a bug */
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", task->cl->name, err);
+}
+
+/* The scatter exchange's way of submitting (scatter.h): the phase and subgroup its
+ * tasks serve. */
+static void submit_for_scatter(void *opt, struct starpu_task *task, enum _dos_task_phase phase, uint32_t subgroup)
+{
+	submit_task(opt, task, phase, subgroup);
 }
 
 int _dos_optimizer_config_check(const struct _dos_optimizer_config *c, uint64_t nparams)
@@ -106,6 +115,9 @@ int _dos_optimizer_config_check(const struct _dos_optimizer_config *c, uint64_t 
 		return DOS_FAIL(-EINVAL, "loss_scale_window = 0: dynamic loss scaling needs a window > 0");
 	if (c->dp.nranks < 0 || c->dp.rank < 0 || c->dp.rank >= _dos_dp_size(&c->dp))
 		return DOS_FAIL(-EINVAL, "dp.rank = %d is not a rank of a job of %d", c->dp.rank, c->dp.nranks);
+	if (c->dp.exchange != DOS_DP_CHAIN && c->dp.exchange != DOS_DP_SCATTER)
+		return DOS_FAIL(-EINVAL, "dp.exchange = %d is neither DOS_DP_CHAIN (%d) nor DOS_DP_SCATTER (%d)",
+				(int)c->dp.exchange, DOS_DP_CHAIN, DOS_DP_SCATTER);
 	if (_dos_dp_size(&c->dp) > 1 && !_dos_dp_available())
 		return DOS_FAIL(-EINVAL, "dp.nranks = %d: this starpu-dos was built without StarPU-MPI", c->dp.nranks);
 	return 0;
@@ -256,6 +268,18 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 	 * forward there) */
 	opt->copies_on_gpu = starpu_cuda_worker_get_count() > 0;
 	register_handles(opt);
+	if (_dos_dp_size(&cfg->dp) > 1 && cfg->dp.exchange == DOS_DP_SCATTER) {
+		struct _dos_scatter_context sc = {.map = &opt->map,
+						  .cfg = &opt->cfg,
+						  .tensor_grad = opt->tensor_grad,
+						  .copies_on_gpu = opt->copies_on_gpu,
+						  .submit = submit_for_scatter,
+						  .opt = opt};
+		if ((err = _dos_scatter_create(&opt->scatter, &sc))) {
+			_dos_optimizer_destroy(opt);
+			return err;
+		}
+	}
 	announce_step(opt);
 	*out = opt;
 	return 0;
@@ -268,6 +292,7 @@ void _dos_optimizer_destroy(struct _dos_optimizer *opt)
 {
 	if (!opt)
 		return;
+	_dos_scatter_destroy(opt->scatter);
 	starpu_data_handle_t *arrays[] = {opt->master_h, opt->m_h,        opt->v_h,
 					  opt->grad_h,   opt->weight16_h, opt->stats_h};
 	for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) {
@@ -287,10 +312,10 @@ void _dos_optimizer_destroy(struct _dos_optimizer *opt)
 	free(opt);
 }
 
-/* What subgroup s's refresh reads: its 16-bit weights, or in fp32 its master weights. */
-static starpu_data_handle_t updated_weights(const struct _dos_optimizer *opt, uint32_t s)
+/* What the refresh reads, per subgroup: the 16-bit weights, or in fp32 the master weights. */
+static starpu_data_handle_t *updated_weights(const struct _dos_optimizer *opt)
 {
-	return opt->cfg.weight_dtype != DOS_FP32 ? opt->weight16_h[s] : opt->master_h[s];
+	return opt->cfg.weight_dtype != DOS_FP32 ? opt->weight16_h : opt->master_h;
 }
 
 /* Subgroup s's gradient from the tensor gradients its pieces lie in. */
@@ -309,8 +334,9 @@ static void submit_gather(struct _dos_optimizer *opt, uint32_t s)
 						    .len = p->len};
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(opt->grad_h[s], opt->cfg.grad_dtype, sources, opt->cfg.tensor_grad_dtype,
-					     count, pieces, count, opt->cfg.sched_ctx, &task);
+	int err =
+		_dos_flat_copy_task_create(&opt->grad_h[s], 1, opt->cfg.grad_dtype, sources, opt->cfg.tensor_grad_dtype,
+					   count, pieces, count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the gradient gather of subgroup %u", s);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
@@ -326,14 +352,14 @@ static void submit_refresh(struct _dos_optimizer *opt, uint32_t t)
 	struct dos_flat_piece pieces[count];
 	for (uint32_t k = 0; k < count; k++) {
 		const struct dos_piece *p = &map->pieces[first + k];
-		sources[k] = updated_weights(opt, p->subgroup);
+		sources[k] = updated_weights(opt)[p->subgroup];
 		pieces[k] = (struct dos_flat_piece){.source = k,
 						    .source_offset = p->subgroup_offset,
 						    .destination_offset = p->tensor_offset,
 						    .len = p->len};
 	}
 	struct starpu_task *task;
-	int err = _dos_flat_copy_task_create(opt->tensor_weight[t], opt->cfg.tensor_dtype, sources,
+	int err = _dos_flat_copy_task_create(&opt->tensor_weight[t], 1, opt->cfg.tensor_dtype, sources,
 					     opt->cfg.weight_dtype, count, pieces, count, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the weight refresh of tensor %u", t);
 	if (opt->copies_on_gpu)
@@ -343,12 +369,17 @@ static void submit_refresh(struct _dos_optimizer *opt, uint32_t t)
 
 /* Every subgroup's gradient where its state is: one process gathers them all; in a
  * data-parallel job the last rank of the gradient chain holds the summed tensor gradients,
- * gathers every subgroup and sends each to its owner. */
+ * gathers every subgroup and sends each to its owner (or the ranks reduce the chunks of
+ * every subgroup: scatter.h). */
 static void submit_gradients(struct _dos_optimizer *opt)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
 	int last = _dos_dp_size(dp) - 1;
+	if (opt->scatter) {
+		_dos_scatter_submit_gradients(opt->scatter, opt->grad_h);
+		return;
+	}
 	for (uint32_t s = 0; s < N; s++) {
 		int owner = _dos_dp_owner(dp, N, s);
 		if (borrows_gradient(opt, s))
@@ -367,14 +398,18 @@ static void exchange_weights(struct _dos_optimizer *opt)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
+	if (opt->scatter) {
+		_dos_scatter_submit_weights(opt->scatter, updated_weights(opt));
+		return;
+	}
 	for (uint32_t s = 0; s < N; s++) {
 		int owner = _dos_dp_owner(dp, N, s);
 		if (owner != dp->rank)
-			_dos_dp_recv(updated_weights(opt, s), owner, DOS_DP_WEIGHTS, s);
+			_dos_dp_recv(updated_weights(opt)[s], owner, DOS_DP_WEIGHTS, s);
 		else
 			for (int r = 0; r < _dos_dp_size(dp); r++)
 				if (r != owner)
-					_dos_dp_send(updated_weights(opt, s), r, DOS_DP_WEIGHTS, s);
+					_dos_dp_send(updated_weights(opt)[s], r, DOS_DP_WEIGHTS, s);
 	}
 }
 
@@ -390,7 +425,9 @@ static void drop_consumed(struct _dos_optimizer *opt, int applied)
 {
 	const struct dos_data_parallel *dp = &opt->cfg.dp;
 	uint32_t N = opt->map.nsubgroups;
-	int gathers = dp->rank == _dos_dp_size(dp) - 1;
+	int gathers = dp->rank == _dos_dp_size(dp) - 1 && !opt->scatter;
+	if (opt->scatter)
+		_dos_scatter_drop(opt->scatter);
 	for (uint32_t s = 0; s < N; s++) {
 		/* a borrowed gradient is the application's: never ours to drop */
 		if ((gathers || _dos_dp_owner(dp, N, s) == dp->rank) && !borrows_gradient(opt, s))

@@ -142,6 +142,7 @@ static int check_config(const struct dos_train_config *c)
 	/* the optimizer's own checks, before anything is loaded or allocated */
 	struct _dos_optimizer_config oc = c->opt;
 	oc.sched_ctx = c->sched_ctx;
+	oc.dp = c->dp;
 	if ((err = _dos_optimizer_config_check(&oc, _dos_model_param_count(&c->shape, NULL))))
 		return err;
 	int ranks = _dos_dp_size(&c->dp);
@@ -367,21 +368,24 @@ static int resume(struct run *r, uint64_t *first_step, char *path, size_t path_s
 }
 
 /* Submits the micro-batches of step k + 1 (this rank's forward and backward; the losses
- * of the others' come to rank 0) into p, the tensors' gradients summed down the chain of
- * ranks in global micro-batch order. */
+ * of the others' come to rank 0) into p: with the chain exchange, the tensors' gradients
+ * summed down the chain of ranks in global micro-batch order; with scatter, each rank's
+ * own, which the optimizer's step reduces. */
 static int submit_microbatches(struct run *r, struct pending_step *p, uint64_t k)
 {
 	const struct dos_train_config *cfg = r->cfg;
 	const struct dos_data_parallel *dp = &cfg->dp;
 	struct dos_model *model = &r->model;
 	int reporter = dp->rank == 0;
+	int chain = dp->exchange == DOS_DP_CHAIN; /* else each rank's gradients are its own (scatter.h) */
 	struct _dos_optimizer_info info;
 	_dos_optimizer_get_info(r->opt, &info);
 	/* the loss gradient carries 1/(tokens * A) (a mean over the step's tokens) and the
 	 * loss scale */
 	float grad_scale = (float)(info.loss_scale / ((double)r->tokens * r->A));
-	/* the sum of the gradients of the micro-batches before ours, which ours add to */
-	if (r->first_mb > 0)
+	/* the sum of the gradients of the micro-batches before ours, which ours add to
+	 * (the chain; scattered, each rank's sum starts from its own micro-batches) */
+	if (chain && r->first_mb > 0)
 		for (uint32_t t = 0; t < model->ntensors; t++)
 			_dos_dp_recv(model->grad[t], dp->rank - 1, DOS_DP_TENSOR_GRAD, t);
 	for (uint32_t g = 0; g < r->A; g++) {
@@ -396,11 +400,12 @@ static int submit_microbatches(struct run *r, struct pending_step *p, uint64_t k
 		starpu_data_handle_t ids, targets, loss;
 		int err = _dos_corpus_next_batch(&r->corpus, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx, &ids,
 						 &targets);
-		if (err || (err = _dos_model_submit_microbatch(model, ids, targets, grad_scale, g > 0, &loss)))
+		if (err || (err = _dos_model_submit_microbatch(model, ids, targets, grad_scale,
+							       g > (chain ? 0 : r->first_mb), &loss)))
 			return err;
 		deliver_loss(loss, reporter, &p->loss[g], DOS_DP_LOSS, loss_tag);
 	}
-	if (r->first_mb + cfg->accumulation < r->A)
+	if (chain && r->first_mb + cfg->accumulation < r->A)
 		for (uint32_t t = 0; t < model->ntensors; t++)
 			_dos_dp_send(model->grad[t], dp->rank + 1, DOS_DP_TENSOR_GRAD, t);
 	return 0;
@@ -435,9 +440,10 @@ static int submit_step(struct run *r, struct pending_step *p, uint64_t k)
 static int finish_step(struct run *r, struct pending_step *q, double start, struct dos_train_output *out)
 {
 	const struct dos_train_config *cfg = r->cfg;
-	/* each rank checks the subgroups it updated; all stop when one finds a NaN */
+	/* each rank checks the subgroups it updated; all stop when one finds a NaN (no value
+	 * is real in simulation: nothing to check or agree on) */
 	int err = _dos_optimizer_check_update(r->opt, q->report.update, q->step);
-	if (_dos_dp_sum(err != 0) > 0)
+	if (DOS_VALUES_ARE_REAL && _dos_dp_sum(err != 0) > 0)
 		return err ? err
 			   : DOS_FAIL(-ERANGE,
 				      "after step %llu another rank's optimizer state is not finite; training stopped",

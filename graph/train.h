@@ -38,8 +38,9 @@ struct dos_train_config {
 	unsigned sched_ctx;
 	/* a data-parallel job (graph/data_parallel.h): the global batch of a step is
 	 * accumulation micro-batches on each rank, rank r taking the r-th share of the batch
-	 * order; the result is the same bits as one process accumulating the global batch.
-	 * Losses and on_step are rank 0's; zero: a single process */
+	 * order; with the chain exchange (the default) the result is the same bits as one
+	 * process accumulating the global batch. Losses and on_step are rank 0's; zero: a
+	 * single process */
 	struct dos_data_parallel dp;
 	/* optional checkpoints (graph/checkpoint.h) in this folder, created when missing and
 	 * held by the run (its lock; a fresh run refuses a folder that holds checkpoints):

@@ -12,6 +12,8 @@
 #  3. sharded checkpoints: a 2-rank job saves shards + manifest; resuming on 1, 2 and 4
 #     ranks ends bit-identical to the uninterrupted run; SIGKILL of the job while it saves
 #     every step leaves a latest checkpoint that resumes exactly.
+# And the scatter exchange (--dp-exchange scatter): the same bits under several policies,
+# close to one process in fp32 (1b above).
 # DOS_QUICK_CHECK=1 (sanitizer and distcheck builds): 2 ranks only in part 1, one SIGKILL.
 # Skipped (77) when dos-train was built without StarPU-MPI or mpirun is missing.
 set -u
@@ -69,6 +71,47 @@ grep -q "(8 skipped)" "$work/log" || fail "--loss-scale 1e30 skipped no step: $(
 same_as_one_process "3 subgroups, fewer than 4 ranks" --subgroup-size 12000
 echo "data parallel: $(echo $job_sizes | sed "s/ / and /") ranks bit-identical to one process accumulating the global batch (fp32, bf16, fp16" \
 	"with loss scaling and clipping, overflow skips, several policies and subgroup sizes), and the same held-out losses"
+
+# ---- 1b. the scatter exchange (graph/scatter.h): each rank sums a chunk of every subgroup ---
+# Not one process's bits (each rank's partial gradient is rounded once more), but the same
+# bits whatever the placement (dos and all-cpu); in fp32 within 1e-5 (relative, at least
+# absolute) of one process after 8 steps; clipping and loss scaling take their statistics
+# from the summed gradients.
+max_difference() { # two dumps: the largest difference of their master weights, relative to max(1, |x|)
+	python3 - "$1" "$2" <<'PY'
+import struct, sys
+def floats(path):
+    data = open(path, 'rb').read()
+    return struct.unpack('%df' % (len(data) // 4), data)
+a, b = floats(sys.argv[1]), floats(sys.argv[2])
+n = len(a) // 4  # master, m, v, weights: the first quarter
+print('%.3g' % max(abs(x - y) / max(1.0, abs(x)) for x, y in zip(a[:n], b[:n])))
+PY
+}
+scatter_case() { # label, dos-train arguments (without --accumulate)...
+	label=$1
+	shift
+	$train --preset tiny --steps 8 --quiet --accumulate 4 --dump "$work/one.bin" "$@" >"$work/one.log" 2>&1 ||
+		fail "scatter, $label: one process failed: $(cat "$work/one.log")"
+	for n in $job_sizes; do
+		for policy in dos all-cpu; do
+			ranks "$n" --preset tiny --steps 8 --quiet --accumulate $((4 / n)) --dp-exchange scatter \
+				--policy $policy --dump "$work/scatter-$policy.bin" "$@" >"$work/log" 2>&1 ||
+				fail "scatter, $label: $n ranks under $policy failed: $(cat "$work/log")"
+		done
+		cmp -s "$work/scatter-dos.bin" "$work/scatter-all-cpu.bin" ||
+			fail "scatter, $label: $n ranks end with other bits under all-cpu than under dos"
+		difference=$(max_difference "$work/one.bin" "$work/scatter-dos.bin")
+		[ "${1:-}" = --precision ] ||
+			awk -v d="$difference" 'BEGIN { exit !(d <= 1e-5) }' ||
+			fail "scatter, $label: $n ranks differ from one process by $difference"
+		echo "data parallel: scatter, $label, $n ranks: the same bits under dos and all-cpu;" \
+			"$difference from one process"
+	done
+}
+scatter_case "fp32, 777-parameter subgroups" --subgroup-size 777
+scatter_case "fp32, 3 subgroups, fewer than 4 ranks" --subgroup-size 12000
+scatter_case "fp16, loss scaling and clipping" --precision fp16 --clip 0.5
 
 # ---- 2. each rank keeps its share of the state ------------------------------------------------
 ranks 4 --preset tiny --steps 1 --subgroup-size 1000 >"$work/log" 2>&1 || fail "4 ranks: $(cat "$work/log")"

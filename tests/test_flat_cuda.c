@@ -67,8 +67,9 @@ static void check_pair(enum dos_dtype st, enum dos_dtype dt, size_t long_len, ui
 	ddst = (char *)ddst_base + ds; /* unaligned for vector accesses */
 	CUDA_OK(cudaMemcpy(ddst, dst, dst_len * ds, cudaMemcpyHostToDevice));
 
-	_dos_flat_copy_cpu(dst, (const void *const *)src, args);
-	CUDA_OK(_dos_flat_copy_cuda(ddst, (const void *const *)dsrc, args, 0));
+	void *const host_destination[] = {dst}, *const device_destination[] = {ddst}; /* one: piece.destination 0 */
+	_dos_flat_copy_cpu(host_destination, (const void *const *)src, args);
+	CUDA_OK(_dos_flat_copy_cuda(device_destination, (const void *const *)dsrc, args, 0));
 	CUDA_OK(cudaDeviceSynchronize());
 	CUDA_OK(cudaMemcpy(got, ddst, dst_len * ds, cudaMemcpyDeviceToHost));
 	char ctx[128];

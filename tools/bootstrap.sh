@@ -3,8 +3,11 @@
 # when configure is missing or older than its inputs, and configure when the folder has
 # no Makefile or was configured against another StarPU. Used by the top-level GNUmakefile.
 #
-# Usage: tools/bootstrap.sh BUILD_DIR [--simgrid] [configure arguments...]
+# Usage: tools/bootstrap.sh BUILD_DIR [--simgrid|--smpi] [configure arguments...]
 #        --simgrid: build against the SimGrid variant of StarPU (simulated machines)
+#        --smpi: build against the SMPI variant (simulated clusters, tools/sim-cluster.sh):
+#                compiled by SimGrid's smpicc, our library static like StarPU there, so
+#                that SMPI gives each simulated rank its own copy of every global
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:?usage: tools/bootstrap.sh BUILD_DIR [configure arguments...]}
@@ -18,6 +21,13 @@ if [[ ${1:-} == --simgrid ]]; then
 	shift
 	prefix=$simgrid_prefix
 	extra=--disable-cuda
+elif [[ ${1:-} == --smpi ]]; then
+	shift
+	prefix=$("$top"/tools/deps.sh --print-prefix smpi)
+	# smpicc links shared objects for smpirun to load, but configure's test programs must
+	# run: SMPI_PRETEND_CC=1 (kept by configure for its reruns) makes them ordinary ones;
+	# it also prints a notice where libtool looks for the linker, hence LD
+	extra="--disable-cuda --disable-shared --with-mpi CC=smpicc LD=ld SMPI_PRETEND_CC=1"
 fi
 
 cd "$top"

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Takes a fresh Debian machine to a built StarPU 1.4: Debian build dependencies from apt,
-# StarPU's Debian source package, our CUDA 13 patch, and two installed variants (native:
-# CUDA when nvcc is there + MPI + FxT; simgrid: simulated machines) in a cache outside the
-# source tree, keyed by StarPU version and build flags. Idempotent: a second run with
-# nothing changed only checks and prints.
+# StarPU's Debian source package, our CUDA 13 patch, and installed variants (native: CUDA
+# when nvcc is there + MPI + FxT; simgrid: simulated machines; smpi: simulated machines
+# and StarPU-MPI over SimGrid's SMPI, for simulated clusters) in a cache outside the
+# source tree, keyed by StarPU version and build flags. native and simgrid are always
+# built; smpi only when asked for (--print-prefix smpi, --smpi): only the simulated
+# cluster needs it, and it costs another ~3 minutes on 2 cores the first time.
+# Idempotent: a second run with nothing changed only checks and prints.
 #
-# Usage: tools/deps.sh                       install everything, print both prefixes
-#        tools/deps.sh --print-prefix VARIANT  same, then print only that prefix (native|simgrid)
+# Usage: tools/deps.sh [--smpi]              install everything, print the prefixes
+#                                            (--smpi: the smpi variant's too)
+#        tools/deps.sh --print-prefix VARIANT  same, then print only that prefix
+#                                            (native|simgrid|smpi)
 #        tools/deps.sh --packages-only         install the apt packages, build nothing
 #        tools/deps.sh --print-source          same as the first, then print StarPU's source folder
 # Environment: STARPU_DOS_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/starpu-dos),
@@ -24,25 +29,30 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${STARPU_DOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/starpu-dos}
 jobs=${STARPU_DOS_JOBS:-$(nproc)}
 patch_file=$here/patches/starpu-1.4-cuda13-compute-mode.patch
+smpi_patch_file=$here/patches/starpu-1.4-smpi-byte-messages.patch
 
 print_variant=""
 packages_only=0
+want_smpi=0
 case "${1:-}" in
 "") ;;
+--smpi) want_smpi=1 ;;
 --print-prefix)
 	print_variant=${2:-}
-	[[ $print_variant == native || $print_variant == simgrid ]] ||
-		die "--print-prefix takes 'native' or 'simgrid', got '${print_variant}'"
+	[[ $print_variant == native || $print_variant == simgrid || $print_variant == smpi ]] ||
+		die "--print-prefix takes 'native', 'simgrid' or 'smpi', got '${print_variant}'"
+	[[ $print_variant == smpi ]] && want_smpi=1
 	;;
 --packages-only) packages_only=1 ;;
 --print-source) print_variant=source ;;
 *) die "unknown argument '$1' (see the usage at the top of $0)" ;;
 esac
 
-# Everything StarPU's two variants need to build, plus what our own build and tests use.
+# Everything StarPU's variants need to build, plus what our own build and tests use
+# (libsimgrid-dev brings SMPI's smpicc and smpirun; starpu_smpirun needs xsltproc).
 apt_packages=(
 	build-essential autoconf automake libtool pkg-config dpkg-dev patch
-	libhwloc-dev hwloc libopenmpi-dev openmpi-bin libfxt-dev libsimgrid-dev
+	libhwloc-dev hwloc libopenmpi-dev openmpi-bin libfxt-dev libsimgrid-dev xsltproc
 	libopenblas-dev python3 clang-format valgrind
 )
 
@@ -144,6 +154,23 @@ fetch_source() {
 	find "$dir" -mindepth 1 -maxdepth 1 -type d -name 'starpu-*' | head -n 1
 }
 
+# The smpi variant's source: a copy of the patched source with the SMPI patch on top, in a
+# folder named after that patch (the other variants keep building from the shared one).
+smpi_source() {
+	local src=$1 version=$2 dir
+	dir=$cache/src/$version-smpi-$(sha256sum <"$smpi_patch_file" | cut -c1-12)
+	if [[ ! -f $dir/.patched ]]; then
+		rm -rf "$dir"
+		mkdir -p "$dir"
+		cp -a "$src" "$dir/"
+		patch -d "$dir/$(basename "$src")" -p1 --silent <"$smpi_patch_file" ||
+			die "$smpi_patch_file does not apply to StarPU $version: update the patch"
+		log "applied $(basename "$smpi_patch_file") (smpi variant)"
+		touch "$dir/.patched"
+	fi
+	printf '%s' "$dir/$(basename "$src")"
+}
+
 nvcc_path() {
 	if command -v nvcc >/dev/null; then
 		command -v nvcc
@@ -171,9 +198,17 @@ variant_flags() {
 			printf '%s\n' "${common_flags[@]}" --enable-mpi --disable-cuda
 		fi
 		;;
-	# Simulated MPI would need SimGrid's SMPI toolchain; the simulated machines only need
-	# StarPU itself, so MPI stays off here.
+	# The simulated machines only need StarPU itself: MPI stays off here.
 	simgrid) printf '%s\n' "${common_flags[@]}" --enable-simgrid --disable-cuda --disable-mpi ;;
+	# StarPU-MPI over SMPI (StarPU's doc, "MPI Applications" under SimGrid): SMPI runs
+	# every rank in one process and privatises each rank's copy of the program's globals,
+	# which works only for a static library; configure takes smpicc and smpirun itself
+	# (CC stays the plain compiler). FxT would need a static -fPIC libfxt: off; so is
+	# the MLR perfmodel code, which we do not use.
+	smpi)
+		printf '%s\n' "${common_flags[@]/#--with-fxt/--without-fxt}" --enable-simgrid --enable-mpi --disable-cuda \
+			--disable-shared --enable-static --disable-mlr
+		;;
 	esac
 }
 
@@ -184,6 +219,7 @@ build_variant() {
 	key=$( {
 		printf '%s\n' "$version" "${flags[@]}"
 		cat "$patch_file"
+		if [[ $variant == smpi ]]; then cat "$smpi_patch_file"; fi
 		if [[ $variant == native && -n $(nvcc_path) ]]; then "$(nvcc_path)" --version; fi
 	} | sha256sum | cut -c1-12)
 	prefix=$cache/starpu-$version-$variant-$key
@@ -219,13 +255,20 @@ version=$(find_starpu_source_version)
 src=$(fetch_source "$version")
 native=$(build_variant native "$version" "$src")
 simgrid=$(build_variant simgrid "$version" "$src")
+smpi=
+if [[ $want_smpi == 1 ]]; then
+	smpi_src=$(smpi_source "$src" "$version")
+	smpi=$(build_variant smpi "$version" "$smpi_src")
+fi
 case $print_variant in
 native) echo "$native" ;;
 simgrid) echo "$simgrid" ;;
+smpi) echo "$smpi" ;;
 source) echo "$src" ;;
 *)
 	echo "StarPU $version"
 	echo "native prefix:  $native"
 	echo "simgrid prefix: $simgrid"
+	[[ -z $smpi ]] || echo "smpi prefix:    $smpi"
 	;;
 esac

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "config.h"
 #include "dos.h"
 #include "errors.h"
 #include "files.h"
@@ -88,6 +90,38 @@ static const char *shipped_path(const char *rel, const char *installed, char *bu
 	snprintf(buf, size, "%s/%s", DOS_DATA_DIR, installed);
 	return buf;
 }
+
+/* ---- one voice: rank 0 reports the job ----------------------------------------------- */
+
+#if DOS_SMPI
+/* Under SMPI every simulated rank runs in this one process and shares its stdout, which a
+ * rank that does not report therefore cannot send to /dev/null as a real rank does: its
+ * lines are dropped here instead (SMPI gives each rank its own copy of this flag). */
+static int stdout_silenced;
+
+static int rank_printf(const char *format, ...)
+{
+	if (stdout_silenced)
+		return 0;
+	va_list ap;
+	va_start(ap, format);
+	int n = vprintf(format, ap);
+	va_end(ap);
+	return n;
+}
+#define printf rank_printf
+
+static int silence_stdout(void)
+{
+	stdout_silenced = 1;
+	return 1;
+}
+#else
+static int silence_stdout(void)
+{
+	return freopen("/dev/null", "w", stdout) != NULL;
+}
+#endif
 
 /* ---- --simulate: a machine of sched/machines/ under StarPU's SimGrid variant ---------- */
 
@@ -182,6 +216,11 @@ struct accounting {
 	 * operations), by worker type: 0 CPU, 1 CUDA */
 	double product_flops[2], product_seconds[2];
 	struct intervals backward, updates;
+	/* per step of this run ([steps]): the latest end of a backward task, and the latest
+	 * moment an update's inputs were all there (its subgroup's summed gradient, on the
+	 * rank that owns it): the gradient tail lies between the two */
+	double *backward_end, *gradient_ready;
+	uint64_t steps;
 	struct dos_timeline *timeline;
 };
 
@@ -237,7 +276,14 @@ struct watched {
 	enum _dos_task_phase phase;
 	int record_interval; /* a task of the first OVERLAP_STEPS steps of this run */
 	double flops;        /* a matrix product's floating-point operations, else 0 */
+	uint64_t step;       /* of this run, 0-based */
 };
+
+static void record_latest(double *at, uint64_t step, uint64_t steps, double t)
+{
+	if (at && step < steps && t > at[step])
+		at[step] = t;
+}
 
 static void account_task(void *arg)
 {
@@ -255,9 +301,15 @@ static void account_task(void *arg)
 			w->acc->product_flops[on_gpu] += w->flops;
 			w->acc->product_seconds[on_gpu] += seconds;
 		}
-		if (w->phase == DOS_TASK_BACKWARD && w->record_interval)
-			intervals_add(&w->acc->backward, start, end);
+		if (w->phase == DOS_TASK_BACKWARD) {
+			if (w->record_interval)
+				intervals_add(&w->acc->backward, start, end);
+			record_latest(w->acc->backward_end, w->step, w->acc->steps, end);
+		}
 		if (w->phase == DOS_TASK_UPDATE) {
+			/* pushed to the scheduler once its last input (the gradient) was there */
+			record_latest(w->acc->gradient_ready, w->step, w->acc->steps,
+				      starpu_timing_timespec_to_us(&info->push_start_time));
 			if (w->record_interval)
 				intervals_add(&w->acc->updates, start, end);
 			if (starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER)
@@ -282,12 +334,15 @@ static void watch_task(void *arg, struct starpu_task *task, enum _dos_task_phase
 	if (phase == DOS_TASK_DATA)
 		acc->microbatches_submitted++;
 	if (w) {
+		/* the data task of this task's micro-batch is counted: its step follows */
+		uint64_t step = acc->microbatches_submitted ? (acc->microbatches_submitted - 1) / acc->accumulation : 0;
 		*w = (struct watched){acc,
 				      task->callback_func,
 				      task->callback_arg,
 				      phase,
 				      acc->microbatches_submitted <= (uint64_t)OVERLAP_STEPS * acc->accumulation,
-				      0};
+				      0,
+				      step};
 		/* the products' perfmodels regress on their operation count
 		 * (codelets/model_codelets.c): the same count gives their rate */
 		if ((phase == DOS_TASK_FORWARD || phase == DOS_TASK_BACKWARD) && task->cl && task->cl->model &&
@@ -395,6 +450,29 @@ static void print_steady_iteration(struct progress *pr, const char *clock)
 	       bench_median(pr->loss_at, (int)(n - 1)), clock, (unsigned long long)(n - 1), first);
 }
 
+/* The gradient tail of each step: from the end of backward to the moment the last update
+ * of the job had its gradient (reduced over the ranks, on the rank that owns its
+ * subgroup): what the reduction adds after backward. The end of backward is the first
+ * rank's: every rank computes the same, but along the chain a rank's last backward tasks
+ * wait for the previous rank's gradients, which is the tail itself. The median over the
+ * steps after the first, as the steady iteration. Every rank calls it (the extremes are
+ * over the ranks); prints nothing under 2 steps. */
+static void print_gradient_tail(const struct accounting *acc, uint64_t steps, const char *clock)
+{
+	double *tail = malloc((steps ? steps : 1) * sizeof *tail);
+	uint64_t n = 0;
+	for (uint64_t k = 0; k < steps; k++) {
+		double backward_end = -_dos_dp_max(-acc->backward_end[k]), ready = _dos_dp_max(acc->gradient_ready[k]);
+		if (tail && backward_end > 0 && ready > 0)
+			tail[n++] = (ready - backward_end) * 1e-6;
+	}
+	if (n >= 2)
+		printf("summary: gradient tail %.3f%s s (median of the %llu steps after the first, from the end of the "
+		       "first rank's backward to the last update's reduced gradient on its owner; the first %.3f s)\n",
+		       bench_median(tail + 1, (int)(n - 1)), clock, (unsigned long long)(n - 1), tail[0]);
+	free(tail);
+}
+
 /* ---- files: the default corpus, --dump (the options are train_options.c's) ------------- */
 
 static const char *default_data_path(void)
@@ -448,7 +526,11 @@ static void print_rank_share(const struct dos_train_config *cfg, uint64_t params
 	_dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, (uint32_t)((params + size - 1) / size), &first, &end);
 	_dos_dp_owned_params(&cfg->dp, cfg->dp.rank, params, size, &begin, &mine);
 	char host[256] = "?";
+#if DOS_SMPI
+	snprintf(host, sizeof host, "simulated node %d", cfg->dp.rank);
+#else
 	gethostname(host, sizeof host - 1);
+#endif
 	printf("dos-train: rank %d of %d on %s (%u CPU + %u CUDA workers): subgroups [%u, %u), optimizer state "
 	       "%.1f MiB of %.1f MiB (%.3f of it)\n",
 	       cfg->dp.rank, cfg->dp.nranks, host, ncpu, ncuda, first, end, 12.0 * mine / 1048576,
@@ -593,7 +675,7 @@ static int start_starpu(struct train_options *o, int *argc, char ***argv, struct
 	else
 		conf.sched_policy_name = requested;
 	/* under mpirun or srun: a data-parallel job over StarPU-MPI, one rank per process */
-	int err, launched = !o->simulate && _dos_dp_launched();
+	int err, launched = _dos_dp_launched() && (!o->simulate || _dos_dp_available());
 	if (launched && !_dos_dp_available()) {
 		fprintf(stderr, "dos-train: launched by mpirun or srun, but built without StarPU-MPI: each process "
 				"would train alone; rebuild with MPI (configure --with-mpi)\n");
@@ -630,9 +712,11 @@ static void checkpoint_skipped(void *arg, const char *path, const char *why)
 	fprintf(stderr, "dos-train: --resume: skipping %s: %s\n", path, why);
 }
 
-/* The job's header: the model, the batch, the policy that runs, the workers. */
+/* The job's header: each rank's share of a data-parallel job, then (rank 0 alone: the
+ * others are silenced here, *quiet set when that fails) the model, the batch, the policy
+ * that runs, the workers. */
 static void print_header(const struct train_options *o, const struct dos_train_config *cfg, const char *running,
-			 const struct dos_rank_binding *binding)
+			 const struct dos_rank_binding *binding, int *quiet)
 {
 	uint64_t params = o->params;
 	int ranks = _dos_dp_size(&cfg->dp);
@@ -640,6 +724,8 @@ static void print_header(const struct train_options *o, const struct dos_train_c
 	unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
 	if (ranks > 1) /* before the job's header, which rank 0 prints */
 		print_rank_share(cfg, params, ncpu, ncuda, binding);
+	if (cfg->dp.rank != 0 && !silence_stdout()) /* rank 0 reports the job */
+		*quiet = 1;
 	printf("dos-train: %s model (V %u, hidden %u, heads %u, FFN %u, layers %u, seq %u): %.3g M parameters, "
 	       "%llu subgroups of %llu\n",
 	       o->preset->name, cfg->shape.vocab, cfg->shape.hidden, cfg->shape.heads, cfg->shape.ffn,
@@ -648,7 +734,10 @@ static void print_header(const struct train_options *o, const struct dos_train_c
 	       (unsigned long long)cfg->opt.subgroup_size);
 	printf("dos-train: %llu steps of %u x %u sequences%s, %s, policy %s, %u CPU + %u CUDA workers, data %s\n",
 	       (unsigned long long)cfg->steps, cfg->accumulation * ranks, cfg->micro_batch,
-	       ranks > 1 ? " (the global batch)" : "", o->precision, running, ncpu, ncuda, cfg->data_path);
+	       ranks == 1                           ? ""
+	       : cfg->dp.exchange == DOS_DP_SCATTER ? " (the global batch, exchanged by scatter)"
+						    : " (the global batch, exchanged by chain)",
+	       o->precision, running, ncpu, ncuda, cfg->data_path);
 	/* what mixed precision saves: 16-bit activations are half of fp32's */
 	uint64_t act_bytes = _dos_model_activation_bytes(&cfg->shape, cfg->micro_batch, cfg->opt.weight_dtype,
 							 cfg->checkpoint_activations);
@@ -708,6 +797,7 @@ static void print_summary(const struct train_options *o, const struct dos_train_
 			       o->cfg.eval_fraction);
 	}
 	print_steady_iteration(pr, CLOCK);
+	print_gradient_tail(acc, steps_run < acc->steps ? steps_run : acc->steps, CLOCK);
 	printf("summary: task time by phase (summed over workers):");
 	for (int p = 0; p < DOS_TASK_PHASES; p++)
 		printf(" %s %.2f s%s", _dos_task_phase_name((enum _dos_task_phase)p), acc->busy[p],
@@ -768,6 +858,9 @@ int main(int argc, char **argv)
 	int reporter = cfg->dp.rank == 0, quiet = opts.quiet;
 	const char *plot = reporter ? opts.plot : NULL; /* one voice: rank 0 reports the job */
 	struct accounting acc = {.lock = PTHREAD_MUTEX_INITIALIZER, .accumulation = cfg->accumulation};
+	acc.backward_end = calloc(cfg->steps, sizeof *acc.backward_end);
+	acc.gradient_ready = calloc(cfg->steps, sizeof *acc.gradient_ready);
+	acc.steps = acc.backward_end && acc.gradient_ready ? cfg->steps : 0; /* a statistic: none without memory */
 	struct progress pr = {.tty = isatty(STDOUT_FILENO), .quiet = quiet || !reporter};
 	struct dos_train_output out = {0};
 	int err = 0;
@@ -780,6 +873,8 @@ int main(int argc, char **argv)
 			err = -ENOMEM, fprintf(stderr, "dos-train: no memory for --dump\n");
 	if (err) {
 		dos_timeline_destroy(acc.timeline);
+		free(acc.backward_end);
+		free(acc.gradient_ready);
 		shutdown_runtime(&cfg->dp);
 		return 1;
 	}
@@ -792,9 +887,7 @@ int main(int argc, char **argv)
 		cfg->before_last_step = start_timeline;
 		cfg->before_last_step_arg = &acc;
 	}
-	print_header(&opts, cfg, running, &binding);
-	if (!reporter && !freopen("/dev/null", "w", stdout)) /* rank 0 reports the job */
-		pr.quiet = 1;
+	print_header(&opts, cfg, running, &binding, &pr.quiet);
 
 	err = _dos_train_run(cfg, &out);
 	if (pr.tty && !pr.quiet)
@@ -822,6 +915,8 @@ int main(int argc, char **argv)
 	free(pr.loss_at);
 	dos_timeline_destroy(acc.timeline);
 	free(acc.backward.at);
+	free(acc.backward_end);
+	free(acc.gradient_ready);
 	free(acc.updates.at);
 	for (int i = 0; i < 4; i++)
 		free(*arrays[i]);

@@ -82,7 +82,11 @@ static void usage(FILE *f)
 		   "data parallel: started by mpirun or srun, each process is a rank of one job over\n"
 		   "StarPU-MPI (each keeps its share of the optimizer state; same result as one process\n"
 		   "with the same global batch); DOS_BIND=none keeps the launcher's CPU binding. See the\n"
-		   "README's launch guide and docs/data-parallel.md.\n");
+		   "README's launch guide and docs/data-parallel.md.\n"
+		   "  --dp-exchange X      chain (default: gradients summed rank after rank, the same\n"
+		   "                       bits as one process; the wait after backward grows with the\n"
+		   "                       ranks) or scatter (each rank sums a chunk of every subgroup:\n"
+		   "                       a wait that does not grow, bits that depend on the ranks)\n");
 }
 
 static int parse_u64(FILE *err, const char *option, const char *text, uint64_t min, uint64_t max, uint64_t *out)
@@ -172,6 +176,7 @@ enum {
 	O_CKPT_DIR,
 	O_CKPT_EVERY,
 	O_RESUME,
+	O_DP_EXCHANGE,
 	O_HELP,
 	O_END
 };
@@ -215,6 +220,7 @@ static const struct option options[] = {
 	OPTION(O_CKPT_DIR, "checkpoint-dir", 1),
 	OPTION(O_CKPT_EVERY, "checkpoint-every", 1),
 	OPTION(O_RESUME, "resume", 0),
+	OPTION(O_DP_EXCHANGE, "dp-exchange", 1),
 	OPTION(O_HELP, "help", 0),
 	[O_END - O_FIRST] = {NULL, 0, NULL, 0},
 };
@@ -370,6 +376,14 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 		case O_SIMULATE:
 			/* dos-train's SimGrid build applies it before main (simulate_from_command_line) */
 			out->simulate = optarg;
+			break;
+		case O_DP_EXCHANGE:
+			if (!strcmp(optarg, "chain") || !strcmp(optarg, "scatter"))
+				cfg->dp.exchange = !strcmp(optarg, "chain") ? DOS_DP_CHAIN : DOS_DP_SCATTER;
+			else {
+				fprintf(err, "dos-train: --dp-exchange = '%s': neither chain nor scatter\n", optarg);
+				bad = 1;
+			}
 			break;
 		case O_HELP:
 			usage(stdout);

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A data-parallel job on a simulated cluster (tools/sim-cluster.sh: StarPU-MPI over
+# SimGrid's SMPI, 4 nodes of h100-pcie5 on 400 Gb/s InfiniBand, the tiny preset), with the
+# chain and with the scatter exchange: it ends, every rank trains its share, plans the
+# updates of its own subgroups under dos, and every subgroup is updated once per step. Writes a test-suite-style summary (# PASS / # FAIL
+# lines) to the file named by $2.
+#
+# Usage: tests/sim_cluster.sh BUILD_SMPI_DIR SUMMARY_FILE
+set -uo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:?usage: sim_cluster.sh BUILD_SMPI_DIR SUMMARY_FILE}
+summary=${2:?usage: sim_cluster.sh BUILD_SMPI_DIR SUMMARY_FILE}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pass=0 fail=0
+
+check() { # check DESCRIPTION CONDITION-EXIT-STATUS
+	if [[ $2 == 0 ]]; then
+		echo "PASS: $1"
+		pass=$((pass + 1))
+	else
+		echo "FAIL: $1"
+		fail=$((fail + 1))
+	fi
+}
+
+nodes=4 steps=3 subgroups=9 # the tiny preset: 33,408 parameters in subgroups of 4096
+for exchange in chain scatter; do
+	out=$work/tiny-$exchange.txt
+	DOS_SCHED_VERBOSE=1 timeout 120 "$top"/tools/sim-cluster.sh --build "$build" --nodes $nodes h100-pcie5 \
+		--preset tiny --steps $steps --dp-exchange $exchange >"$out" 2>&1
+	rc=$?
+	check "$exchange: $nodes simulated nodes, tiny preset: the job ends (rc $rc)" $rc
+	grep -q "^summary: $steps steps (0 skipped) in .* simulated s" "$out"
+	check "$exchange: the job reports its $steps steps in simulated time" $?
+	for ((r = 0; r < nodes; r++)); do
+		grep -q "^dos-train: rank $r of $nodes on simulated node $r .* subgroups \[" "$out"
+		check "$exchange: rank $r of $nodes keeps its share of the optimizer state" $?
+	done
+	[[ $(grep -c "dos: .* $steps steps planned" "$out") == "$nodes" ]]
+	check "$exchange: each of the $nodes ranks' dos policy planned its updates of the $steps steps" $?
+	updates=$(sed -n 's/^summary: subgroup updates ran \([0-9]*\) on CPU workers, \([0-9]*\) on GPU workers.*/\1 + \2/p' "$out")
+	[[ -n $updates && $((updates)) == $((subgroups * steps)) ]]
+	check "$exchange: every subgroup updated once per step (${updates:-none} = $subgroups x $steps)" $?
+	[[ $fail == 0 ]] || tail -n 40 "$out"
+done
+
+printf '# PASS: %d\n# FAIL: %d\n' "$pass" "$fail" >"$summary"
+echo "sim-cluster: $pass passed, $fail failed"
+[[ $fail == 0 ]]
