@@ -273,8 +273,10 @@ int main(void)
 	free(svg);
 
 	/* Phases: a backward task running while two updates of 2 ms run beside it, and one
-	 * update after it: part of the updates' time (about two thirds) overlaps backward,
-	 * drawn on its own row (with two workers at least: four are asked for above) */
+	 * update after it: part of the updates' time overlaps backward, drawn on its own row
+	 * (with two workers at least: four are asked for above). The summary gives the union
+	 * of the updates' times: at least 4 ms (the two beside backward may run at once, on
+	 * two workers, or one after the other), half or two thirds of it during backward */
 	dos_timeline_reset(timeline);
 	static struct spin backward = {1000, BACKWARD}, beside = {2000, BESIDE_BACKWARD}, after = {2000, ALONE};
 	struct starpu_task *bwd = spin_task();
@@ -300,8 +302,8 @@ int main(void)
 	CHECK(ran && sscanf(ran, "optimizer updates: 3 tasks over %lf ms, %lf%% of that while backward still ran",
 			    &busy_ms, &during) == 2,
 	      "no phase summary: %.200s", ran ? ran : "(none)");
-	CHECK(during > 0 && during < 100 && busy_ms >= 6,
-	      "updates over %g ms, %g%% during backward: expected at least 6 ms, part of it (not the last update) "
+	CHECK(during > 0 && during < 100 && busy_ms >= 4,
+	      "updates over %g ms, %g%% during backward: expected at least 4 ms, part of it (not the last update) "
 	      "during backward",
 	      busy_ms, during);
 	CHECK(strstr(svg, ">updates</text>") && strstr(svg, ">backward</text>"), "no phase rows");
