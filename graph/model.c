@@ -214,8 +214,6 @@ void _dos_model_destroy(struct dos_model *m)
 		starpu_data_unregister(m->weight[t]);
 		starpu_data_unregister(m->grad[t]);
 	}
-	if (m->last_backward)
-		starpu_task_set_destroy(m->last_backward);
 	_dos_host_free(m->weights, m->nparams * dos_dtype_size(m->dtype), m->weights_pinned);
 	free(m->numel);
 	free(m->weight);
@@ -244,14 +242,11 @@ static enum _dos_task_phase forward_phase(const struct dos_model *m)
 	return m->evaluating ? DOS_TASK_EVALUATION : DOS_TASK_FORWARD;
 }
 
-/* One task of `cl` in `phase` over `buffers` with a private copy of `args`, starting after
- * `after` too (NULL: its data alone order it), which was kept and is released here; with
- * `keep`, the task is kept after its end and returned, for a later one to start after it.
- * Submission errors abort: they mean a broken graph (a bug), and a half-submitted iteration
- * cannot be undone. */
-static struct starpu_task *submit_after(struct dos_model *m, enum _dos_task_phase phase, struct starpu_codelet *cl,
-					const struct _dos_model_args *args, const struct buffer *buffers, int nbuffers,
-					struct starpu_task *after, int keep)
+/* One task of `cl` in `phase` over `buffers` with a private copy of `args`. Submission
+ * errors abort: they mean a broken graph (a bug), and a half-submitted iteration cannot be
+ * undone. */
+static void submit(struct dos_model *m, enum _dos_task_phase phase, struct starpu_codelet *cl,
+		   const struct _dos_model_args *args, const struct buffer *buffers, int nbuffers)
 {
 	struct starpu_task *task = starpu_task_create();
 	struct _dos_model_args *copy = malloc(sizeof *copy);
@@ -277,21 +272,8 @@ static struct starpu_task *submit_after(struct dos_model *m, enum _dos_task_phas
 	}
 	if (m->hook)
 		m->hook(m->hook_arg, task, phase, DOS_NO_SUBGROUP);
-	if (after)
-		starpu_task_declare_deps_array(task, 1, &after);
-	task->destroy = !keep;
 	int err = starpu_task_submit(task);
 	STARPU_ASSERT_MSG(err == 0, "submitting %s failed (%d)", cl->name, err);
-	if (after)
-		starpu_task_set_destroy(after);
-	return keep ? task : NULL;
-}
-
-/* One task of `cl` in `phase` over `buffers` with a private copy of `args`. */
-static void submit(struct dos_model *m, enum _dos_task_phase phase, struct starpu_codelet *cl,
-		   const struct _dos_model_args *args, const struct buffer *buffers, int nbuffers)
-{
-	submit_after(m, phase, cl, args, buffers, nbuffers, NULL, 0);
 }
 
 /* An activation (or activation gradient) of `count` elements of the model dtype. */
@@ -336,15 +318,12 @@ static void linear_fwd(struct dos_model *m, starpu_data_handle_t x, starpu_data_
 /* dx (+)= dy w and dw (+)= dy^T x for y = x w^T. */
 static void linear_bwd(struct dos_model *m, starpu_data_handle_t dy, starpu_data_handle_t w, starpu_data_handle_t x,
 		       starpu_data_handle_t dx, int accumulate_dx, starpu_data_handle_t dw, int accumulate_dw,
-		       uint32_t n, uint32_t in, uint32_t out, struct starpu_task **kept_data)
+		       uint32_t n, uint32_t in, uint32_t out)
 {
 	struct _dos_model_args a = {.n = n, .d = in, .out = out, .accumulate = accumulate_dx};
 	struct buffer bd[] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, out_mode(accumulate_dx)}};
-	struct starpu_task *data = submit_after(
-		m, DOS_TASK_BACKWARD, product(m, &_dos_linear_bwd_data_codelet, &_dos_linear_bwd_data16_codelet), &a,
-		bd, 3, NULL, kept_data != NULL);
-	if (kept_data)
-		*kept_data = data;
+	submit(m, DOS_TASK_BACKWARD, product(m, &_dos_linear_bwd_data_codelet, &_dos_linear_bwd_data16_codelet), &a, bd,
+	       3);
 	a.accumulate = accumulate_dw;
 	struct buffer bw[] = {{dy, STARPU_R}, {x, STARPU_R}, {dw, out_mode(accumulate_dw)}};
 	submit(m, DOS_TASK_BACKWARD, product(m, &_dos_linear_bwd_weight_codelet, &_dos_linear_bwd_weight16_codelet), &a,
@@ -435,7 +414,7 @@ static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t
 	uint32_t n = m->batch * s->seq_len, d = s->hidden, F = s->ffn;
 	starpu_data_handle_t da = activation(m, (uint64_t)n * F);
 	linear_bwd(m, dx, layer_param(m, m->weight, l, DOS_T_FC2), act->a, da, 0, layer_param(m, m->grad, l, DOS_T_FC2),
-		   accumulate, n, F, d, NULL);
+		   accumulate, n, F, d);
 	starpu_data_handle_t du = activation(m, (uint64_t)n * F);
 	struct _dos_model_args ga = {.n = n * F};
 	struct buffer gb[] = {{act->u, STARPU_R}, {da, STARPU_R}, {du, STARPU_W}};
@@ -443,13 +422,13 @@ static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t
 	release(&da);
 	starpu_data_handle_t dh = activation(m, (uint64_t)n * d);
 	linear_bwd(m, du, layer_param(m, m->weight, l, DOS_T_FC1), act->h2, dh, 0,
-		   layer_param(m, m->grad, l, DOS_T_FC1), accumulate, n, d, F, NULL);
+		   layer_param(m, m->grad, l, DOS_T_FC1), accumulate, n, d, F);
 	release(&du);
 	rmsnorm_bwd(m, act->xmid, layer_param(m, m->weight, l, DOS_T_LN2), act->rstd2, dh, dx, 1,
 		    layer_param(m, m->grad, l, DOS_T_LN2), accumulate, n);
 	starpu_data_handle_t datt = activation(m, (uint64_t)n * d);
 	linear_bwd(m, dx, layer_param(m, m->weight, l, DOS_T_O), act->att, datt, 0, layer_param(m, m->grad, l, DOS_T_O),
-		   accumulate, n, d, d, NULL);
+		   accumulate, n, d, d);
 	starpu_data_handle_t dqkv = activation(m, (uint64_t)n * 3 * d);
 	struct _dos_model_args aa = {.n = n, .B = m->batch, .T = s->seq_len, .H = s->heads, .hd = d / s->heads, .d = d};
 	struct buffer ab[] = {{act->qkv, STARPU_R}, {act->probs, STARPU_R}, {datt, STARPU_R}, {dqkv, STARPU_W}};
@@ -457,7 +436,7 @@ static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t
 	       4);
 	release(&datt);
 	linear_bwd(m, dqkv, layer_param(m, m->weight, l, DOS_T_QKV), act->h1, dh, 0,
-		   layer_param(m, m->grad, l, DOS_T_QKV), accumulate, n, d, 3 * d, NULL);
+		   layer_param(m, m->grad, l, DOS_T_QKV), accumulate, n, d, 3 * d);
 	release(&dqkv);
 	rmsnorm_bwd(m, x, layer_param(m, m->weight, l, DOS_T_LN1), act->rstd1, dh, dx, 1,
 		    layer_param(m, m->grad, l, DOS_T_LN1), accumulate, n);
@@ -482,13 +461,7 @@ static void forward_loss(struct dos_model *m, starpu_data_handle_t ids, starpu_d
 			      {m->weight[DOS_T_TOK_EMB], STARPU_R},
 			      {m->weight[DOS_T_POS_EMB], STARPU_R},
 			      {x[0], STARPU_W}};
-	/* A training forward starts once the previous micro-batch's backward has: it reads only
-	 * the weights, so nothing else keeps a worker from running the forwards of all the
-	 * step's micro-batches first and holding all their activations at once. Not a later
-	 * backward task, which on ranks after the first of the chain waits for another rank. */
-	submit_after(m, forward_phase(m), &_dos_embed_fwd_codelet, &ea, eb, 4, eval ? NULL : m->last_backward, 0);
-	if (!eval)
-		m->last_backward = NULL;
+	submit(m, forward_phase(m), &_dos_embed_fwd_codelet, &ea, eb, 4);
 	if (eval)
 		release(&ids);
 	for (uint32_t l = 0; l < L; l++) {
@@ -568,8 +541,7 @@ int _dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, 
 	/* backward, last layer first: each layer's weight gradients are final (for this
 	 * micro-batch) as soon as its backward tasks end */
 	starpu_data_handle_t dhf = activation(m, (uint64_t)n * d), dx = activation(m, (uint64_t)n * d);
-	/* its first task is what the next micro-batch's forward waits for (forward_loss) */
-	linear_bwd(m, dlogits, m->weight[head], hf, dhf, 0, m->grad[head], accumulate, n, d, V, &m->last_backward);
+	linear_bwd(m, dlogits, m->weight[head], hf, dhf, 0, m->grad[head], accumulate, n, d, V);
 	release(&dlogits);
 	rmsnorm_bwd(m, x[L], m->weight[lnf], rstdf, dhf, dx, 0, m->grad[lnf], accumulate, n);
 	release(&dhf);

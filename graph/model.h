@@ -53,9 +53,6 @@ struct dos_model {
 	/* the StarPU priority of the tasks being submitted: 0, except that train.c ranks a
 	 * step's micro-batches, the earlier above the later */
 	int priority;
-	/* the first backward task of the micro-batch submitted last, which the next one's
-	 * forward starts after (kept alive until then; NULL: none) */
-	struct starpu_task *last_backward;
 	_dos_task_hook hook; /* optional: every task, before its submission (phase.h) */
 	void *hook_arg;
 };
