@@ -837,10 +837,19 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 	pool->gpu_seconds_per_param = m->gpu_seconds_per_param / g;
 	pool->h2d_bytes_per_second = m->node_h2d_bytes_per_second;
 	pool->d2h_bytes_per_second = m->node_d2h_bytes_per_second;
-	pool->gpu_budget_bytes = pool->gpu_update_extra_bytes = 0;
+	pool->gpu_update_extra_bytes = 0;
 	pool->gpu_busy_ahead_seconds = pool->promote_bytes = 0;
+	/* Staged state needs room on the GPU that updates it, which a sum of budgets does not
+	 * show: the pool holds what each GPU holds beside one staging slot of its own, plus
+	 * the two slots that the planner keeps free in the pool's budget for its own choice
+	 * between residency and staging (planner.c). */
+	double biggest = 0;
+	for (int i = 0; i < s->n; i++)
+		biggest = fmax(biggest, sg[i].params);
+	double slot = biggest * dos_staging_bytes_per_param(m);
+	pool->gpu_budget_bytes = 2 * slot;
 	for (int k = 0; k < p->ngpus; k++) {
-		pool->gpu_budget_bytes += p->gpu[k].budget_bytes;
+		pool->gpu_budget_bytes += fmax(0.0, p->gpu[k].budget_bytes - slot);
 		pool->gpu_update_extra_bytes += fmax(0.0, extra[k]);
 		pool->gpu_busy_ahead_seconds += busy[k] / g; /* the pool's work, spread evenly */
 		pool->promote_bytes += promote[k];
