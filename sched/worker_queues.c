@@ -153,8 +153,8 @@ static int can_run(int w, struct starpu_task *task, int only_type, unsigned *imp
  * candidate has no prediction for (no model: 0, no samples yet: NAN) is placed instead
  * as StarPU's own policies place it: by queue length relative to the worker's speed,
  * among the workers still without samples if there are any, since StarPU learns the
- * times of a kind of worker only from tasks that run on one. */
-/* _dos_queues_choose among the workers whose memory node is `only_node` (-1: any). */
+ * times of a kind of worker only from tasks that run on one. Only workers whose memory
+ * node is `only_node` (-1: any) are candidates. */
 static int choose(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
 		  int only_node, double *predicted_us)
 {
