@@ -19,9 +19,16 @@ static int quiet(void)
 	return held || (q && q[0] == '1');
 }
 
+/* A message starts with the public function the user called ("dos_opt_step: ..."); the
+ * name of an internal function would tell the user nothing, so it is left out. */
+static int is_public(const char *function)
+{
+	return function && strncmp(function, "dos_", 4) == 0;
+}
+
 int _dos_fail(int code, const char *function, const char *fmt, ...)
 {
-	int len = snprintf(last_error, sizeof last_error, "%s: ", function);
+	int len = is_public(function) ? snprintf(last_error, sizeof last_error, "%s: ", function) : 0;
 	message_at = len > 0 && (size_t)len < sizeof last_error ? (size_t)len : 0;
 	va_list ap;
 	va_start(ap, fmt);
@@ -68,6 +75,11 @@ void _dos_release_errors(struct dos_error_hold *hold)
 const char *dos_last_error(void)
 {
 	return last_error;
+}
+
+const char *_dos_last_error_message(void)
+{
+	return last_error + message_at;
 }
 
 const char *_dos_starpu_init_explained(int code, const char *call, char *buf, size_t size)

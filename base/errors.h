@@ -5,11 +5,15 @@
 
 #include <stddef.h>
 
-/* Records "function: message" as this thread's last error, prints it on stderr, and
- * returns `code` (a negative errno value), so callers write `return _dos_fail(...)`. */
+/* Records "function: message" as this thread's last error ("message" alone when function
+ * is internal, not a public dos_* one), prints it on stderr, and returns `code` (a
+ * negative errno value), so callers write `return _dos_fail(...)`. */
 int _dos_fail(int code, const char *function, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define DOS_FAIL(code, ...) _dos_fail((code), __func__, __VA_ARGS__)
+
+/* The last error's message without the function's name, to be told again in other words. */
+const char *_dos_last_error_message(void);
 
 /* Failures that are findings of the caller rather than errors (a damaged file skipped in
  * favour of an older one): between _dos_hold_errors and _dos_release_errors, failures

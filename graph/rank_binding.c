@@ -2,7 +2,7 @@
  * it, from hwloc. Launchers bind ranks badly for offloading (Open MPI binds each rank to
  * one core by default, which starves the CPU update; no launcher knows which cores the
  * update wants): so the node's cores (those the job may use, e.g. its cgroup) are shared
- * out here, each rank getting a block of the cores local to its GPU. */
+ * out here, each rank getting a block of the cores local to its GPUs. */
 #include <errno.h>
 #include <hwloc.h>
 #include <stdio.h>
@@ -34,23 +34,40 @@ static int cores_within(hwloc_topology_t topo, hwloc_const_cpuset_t near, hwloc_
 	return 0;
 }
 
-/* The cpuset local to GPU `gpu` within `allowed` (all of allowed without GPUs, or when
- * the GPU's locality is unknown or outside it). */
-static hwloc_bitmap_t gpu_locality(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, int gpu)
+/* The cpuset local to GPUs first .. first + count - 1 (the union of their localities)
+ * within `allowed`: all of allowed without GPUs, or when a GPU's locality is unknown or
+ * outside it. */
+static hwloc_bitmap_t gpus_locality(hwloc_topology_t topo, hwloc_const_cpuset_t allowed, int first, int count)
 {
 	hwloc_bitmap_t set = hwloc_bitmap_dup(allowed);
 #ifdef STARPU_USE_CUDA
-	if (gpu >= 0) {
-		hwloc_bitmap_t local = hwloc_bitmap_alloc();
-		if (local && hwloc_cudart_get_device_cpuset(topo, gpu, local) == 0 &&
-		    hwloc_bitmap_intersects(local, allowed))
-			hwloc_bitmap_and(set, set, local);
-		hwloc_bitmap_free(local);
+	hwloc_bitmap_t local = hwloc_bitmap_alloc(), near = hwloc_bitmap_alloc();
+	int known = count > 0 && local && near;
+	for (int g = first; known && g < first + count; g++) {
+		known = hwloc_cudart_get_device_cpuset(topo, g, local) == 0 && hwloc_bitmap_intersects(local, allowed);
+		hwloc_bitmap_or(near, near, local);
 	}
+	if (known)
+		hwloc_bitmap_and(set, set, near);
+	hwloc_bitmap_free(local);
+	hwloc_bitmap_free(near);
 #else
-	(void)topo, (void)gpu;
+	(void)topo, (void)first, (void)count;
 #endif
 	return set;
+}
+
+int _dos_rank_gpus(int local_rank, int local_size, int ngpus, int *first)
+{
+	*first = -1;
+	if (ngpus <= 0 || local_size <= 0 || local_rank < 0)
+		return 0;
+	if (local_size >= ngpus) {
+		*first = local_rank % ngpus;
+		return 1;
+	}
+	*first = local_rank * ngpus / local_size;
+	return (local_rank + 1) * ngpus / local_size - *first;
 }
 
 static int visible_gpus(void)
@@ -95,8 +112,10 @@ int _dos_bind_rank(int local_rank, int local_size, struct starpu_conf *conf, str
 		hwloc_topology_destroy(topo);
 		return DOS_FAIL(-ENOMEM, "no memory for %d ranks' bindings", local_size);
 	}
-	for (int r = 0; r < local_size; r++)
-		near[r] = gpu_locality(topo, allowed, ngpus > 0 ? r % ngpus : -1);
+	for (int r = 0; r < local_size; r++) {
+		int first, count = _dos_rank_gpus(r, local_size, ngpus, &first);
+		near[r] = gpus_locality(topo, allowed, first, count);
+	}
 	int group = 0, index = 0;
 	for (int r = 0; r < local_size; r++)
 		if (hwloc_bitmap_isequal(near[r], near[local_rank])) {
@@ -119,18 +138,19 @@ int _dos_bind_rank(int local_rank, int local_size, struct starpu_conf *conf, str
 	if (!err && hwloc_set_cpubind(topo, mine, HWLOC_CPUBIND_PROCESS) != 0)
 		err = DOS_FAIL(-errno, "binding rank %d to its cores failed: %s", local_rank, strerror(errno));
 	if (!err) {
-		out->gpu = ngpus > 0 ? local_rank % ngpus : -1;
+		out->ngpus = _dos_rank_gpus(local_rank, local_size, ngpus, &out->gpu);
 		out->ncores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, mine, HWLOC_OBJ_CORE);
-		/* StarPU takes its CPU workers from this binding (STARPU_WORKERS_GETBIND); its
-		 * one CUDA worker drives the rank's GPU, unless the user chose otherwise */
-		if (out->gpu >= 0 && !getenv("STARPU_WORKERS_CUDAID") && !getenv("STARPU_NCUDA")) {
-			conf->ncuda = 1;
+		/* StarPU takes its CPU workers from this binding (STARPU_WORKERS_GETBIND); one
+		 * CUDA worker drives each of the rank's GPUs, unless the user chose otherwise */
+		if (out->ngpus > 0 && !getenv("STARPU_WORKERS_CUDAID") && !getenv("STARPU_NCUDA")) {
+			conf->ncuda = out->ngpus;
 			conf->use_explicit_workers_cuda_gpuid = 1;
-			conf->workers_cuda_gpuid[0] = (unsigned)out->gpu;
+			for (int g = 0; g < out->ngpus; g++)
+				conf->workers_cuda_gpuid[g] = (unsigned)(out->gpu + g);
 		}
 		/* StarPU keeps a core for the MPI thread and one per CUDA worker: on a small
 		 * block that would leave no CPU worker; then one shares the cores */
-		if (out->ncores - 1 - (out->gpu >= 0) < 1 && conf->ncpus < 0 && !getenv("STARPU_NCPU"))
+		if (out->ncores - 1 - out->ngpus < 1 && conf->ncpus < 0 && !getenv("STARPU_NCPU"))
 			conf->ncpus = 1;
 		char cpus[128], nodes[64];
 		hwloc_bitmap_t nodeset = hwloc_bitmap_alloc();
@@ -139,8 +159,10 @@ int _dos_bind_rank(int local_rank, int local_size, struct starpu_conf *conf, str
 		hwloc_bitmap_list_snprintf(nodes, sizeof nodes, nodeset);
 		hwloc_bitmap_free(nodeset);
 		char gpu[32] = "no GPU";
-		if (out->gpu >= 0)
+		if (out->ngpus == 1)
 			snprintf(gpu, sizeof gpu, "GPU %d", out->gpu);
+		else if (out->ngpus > 1)
+			snprintf(gpu, sizeof gpu, "GPUs %d-%d", out->gpu, out->gpu + out->ngpus - 1);
 		snprintf(out->text, sizeof out->text,
 			 "local rank %d of %d: %s, %d core(s) on CPUs %s (NUMA node %s; its memory first-touched "
 			 "there)%s",

@@ -351,9 +351,8 @@ static int resume(struct run *r, uint64_t *first_step, char *path, size_t path_s
 						    path_size);
 		if (err == -ENOENT) {
 			char why[1024];
-			snprintf(why, sizeof why, "%s", dos_last_error());
-			const char *colon = strstr(why, ": ");
-			err = DOS_FAIL(-ENOENT, "--resume: %s", colon ? colon + 2 : why);
+			snprintf(why, sizeof why, "%s", _dos_last_error_message());
+			err = DOS_FAIL(-ENOENT, "--resume: %s", why);
 		}
 		if (!err) {
 			r->corpus.rng = c.at.data_rng;

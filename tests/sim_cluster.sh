@@ -2,8 +2,8 @@
 # A data-parallel job on a simulated cluster (tools/sim-cluster.sh: StarPU-MPI over
 # SimGrid's SMPI, 4 nodes of h100-pcie5 on 400 Gb/s InfiniBand, the tiny preset), with the
 # chain and with the scatter exchange: it ends, every rank trains its share, plans the
-# updates of its own subgroups under dos, and every subgroup is updated once per step. Writes a test-suite-style summary (# PASS / # FAIL
-# lines) to the file named by $2.
+# updates of its own subgroups under dos, and every subgroup is updated once per step.
+# Writes a test-suite-style summary (# PASS / # FAIL lines) to the file named by $2.
 #
 # Usage: tests/sim_cluster.sh BUILD_SMPI_DIR SUMMARY_FILE
 set -uo pipefail
@@ -12,17 +12,7 @@ build=${1:?usage: sim_cluster.sh BUILD_SMPI_DIR SUMMARY_FILE}
 summary=${2:?usage: sim_cluster.sh BUILD_SMPI_DIR SUMMARY_FILE}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-pass=0 fail=0
-
-check() { # check DESCRIPTION CONDITION-EXIT-STATUS
-	if [[ $2 == 0 ]]; then
-		echo "PASS: $1"
-		pass=$((pass + 1))
-	else
-		echo "FAIL: $1"
-		fail=$((fail + 1))
-	fi
-}
+. "$top"/tests/check_lib.sh
 
 nodes=4 steps=3 subgroups=9 # the tiny preset: 33,408 parameters in subgroups of 4096
 for exchange in chain scatter; do
@@ -45,6 +35,4 @@ for exchange in chain scatter; do
 	[[ $fail == 0 ]] || tail -n 40 "$out"
 done
 
-printf '# PASS: %d\n# FAIL: %d\n' "$pass" "$fail" >"$summary"
-echo "sim-cluster: $pass passed, $fail failed"
-[[ $fail == 0 ]]
+end_checks sim-cluster "$summary"

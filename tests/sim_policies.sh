@@ -16,20 +16,10 @@ bench=${1:?usage: sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE}/dos-bench
 summary=${2:?usage: sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE}
 home=$(mktemp -d)
 trap 'rm -rf "$home"' EXIT
-pass=0 fail=0
+. "$top"/tests/check_lib.sh
 
 per_step() { # the simulated seconds per step in dos-train output FILE
 	sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$1"
-}
-
-check() { # check DESCRIPTION CONDITION-EXIT-STATUS
-	if [[ $2 == 0 ]]; then
-		echo "PASS: $1"
-		pass=$((pass + 1))
-	else
-		echo "FAIL: $1"
-		fail=$((fail + 1))
-	fi
 }
 
 # case MACHINE GPU_MEM_MIB HOMES [TO_BOUND]: 2e9 params in 1e8 subgroups under dos, stride
@@ -191,6 +181,4 @@ measured=$(sed -n 's/.*plan of step 3 .*forecast [0-9.]* GB (learned; measured \
 awk -v l="$(budget_of "$home/undeclared-learned.txt")" -v d="$(budget_of "$home/undeclared-declared.txt")" \
 	-v m="$measured" 'BEGIN {exit !(l != "" && d != "" && m > 0 && l <= d - m + 0.01)}'
 check "model declares nothing: step 3 is planned with the learned forecast (${measured} GB), leaving the model that room" $?
-printf '# PASS: %d\n# FAIL: %d\n' "$pass" "$fail" >"$summary"
-echo "sim-policies: $pass passed, $fail failed"
-[[ $fail == 0 ]]
+end_checks sim-policies "$summary"
