@@ -31,8 +31,10 @@
  * (ZeRO-Offload), "stride" (the DOS prototype: every k-th subgroup, k = DOS_STRIDE_K,
  * default 2, state in and out every step), "resident" (Twin-Flow: the first
  * DOS_RESIDENT_RATIO share, default 0.5, kept on the GPU). Everything else is shared, so
- * they differ only in the placement rule. One GPU (the first CUDA worker) is planned for;
- * further GPUs take other work by earliest finish time. */
+ * they differ only in the placement rule. Every GPU of the context is planned for: the
+ * rule places the step on the GPUs pooled into one (the bound's view of a node), then
+ * assign_gpus gives each GPU-placed update a GPU (its state's, the one with the most
+ * room, the least busy); each GPU has its own budget, forecast, windows and queue. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -120,6 +122,26 @@ struct handle_set {
 	size_t cap, n;
 };
 
+/* One GPU of the context, as the plan uses it. */
+struct gpu_plan {
+	int node;   /* its memory node */
+	int worker; /* its first worker in the context: the queue the plan reads */
+	double h2d_bytes_per_second, d2h_bytes_per_second; /* with all GPUs transferring */
+	struct fetch_window staged;                        /* to this GPU: state and gradient, `staging slots` ahead */
+	struct fetch_window resident; /* to this GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
+	/* staged state is written home as its update ends (post_exec_hook), not lazily: the
+	 * GPU cannot keep it beside the resident state until the next update phase */
+	int eager_writeback;
+	/* the application's GPU memory on this GPU: learned from its GPU tasks over the last
+	 * iteration (app_memory.c) */
+	struct dos_app_memory app_memory;
+	/* the last plan's: the room for optimizer state and what it kept resident */
+	double budget_bytes, update_extra_bytes, resident_bytes;
+};
+
+/* The GPU index of a placed update lives in its placement tag: 4 bits. */
+#define MAX_GPUS 16
+
 struct policy {
 	enum placement_rule rule;
 	int stride_k;
@@ -139,21 +161,18 @@ struct policy {
 	int warned_window; /* the step-window warning is printed once */
 	struct handle_set foreign_seen;
 	uint64_t foreign_step;               /* step number given to foreign updates */
-	struct fetch_window staged;          /* to the GPU: state and gradient, `staging slots` ahead */
-	struct fetch_window resident;        /* to the GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
 	struct fetch_window on_cpu;          /* to host memory: GPU-homed gradients, one per CPU worker ahead */
 	uint32_t generation;                 /* of the current plan (and windows) */
 	struct deferred_prefetches deferred; /* decided under the plan lock, issued after */
 	int said_no_gpu_room;                /* the no-GPU-room warning is printed once */
-	/* staged state is written home as its update ends (post_exec_hook), not lazily: the
-	 * GPU cannot keep it beside the resident state until the next update phase */
-	int eager_writeback;
-	int verbose; /* DOS_SCHED_VERBOSE: 1 a summary, 2 also each plan */
-	int gpu_node;
-	/* the application's GPU memory: learned from its GPU tasks over the last iteration,
-	 * declared by it (the prior, and the floor when it runs tasks we do not see), and
-	 * extra headroom asked for by the user */
-	struct dos_app_memory app_memory;
+	int verbose;                         /* DOS_SCHED_VERBOSE: 1 a summary, 2 also each plan */
+	/* the GPUs planned for: the context's, known before the first plan so that the
+	 * forecasts of the application's memory learn from the first forward and backward */
+	int ngpus;
+	struct gpu_plan gpu[MAX_GPUS];
+	/* the application's GPU memory besides what each GPU learns: declared by it (the
+	 * prior, and the floor when it runs tasks we do not see), and extra headroom asked
+	 * for by the user */
 	double app_reserve_bytes;       /* dos_sched_reserve_gpu_bytes */
 	double declared_reserve_bytes;  /* DOS_GPU_RESERVE_MIB */
 	int forecast_declared_only;     /* DOS_GPU_FORECAST=declared */
@@ -173,12 +192,17 @@ struct policy {
 };
 
 /* task->sched_data carries an update task's planned placement (offset by one so that a
- * NULL means "no plan"), its index in its fetch window, and the plan's generation: with
- * steps overlapping, a task of an older plan must not touch the current windows. */
-#define PLACEMENT_TAG(p, index, generation) \
-	((void *)(uintptr_t)(((uint64_t)(generation) << 32) | ((uint64_t)(index) << 8) | (uint64_t)((p) + 1)))
+ * NULL means "no plan"), the index of its GPU in policy.gpu (0 for CPU updates), its index
+ * in its fetch window, and the plan's generation: with steps overlapping, a task of an
+ * older plan must not touch the current windows. Bits: 0-7 placement, 8-11 GPU, 12-31
+ * window index, 32-63 generation. */
+#define MAX_STEP_UPDATES (1 << 20)
+#define PLACEMENT_TAG(p, gpu, index, generation)                                                                   \
+	((void *)(uintptr_t)(((uint64_t)(generation) << 32) | ((uint64_t)(index) << 12) | ((uint64_t)(gpu) << 8) | \
+			     (uint64_t)((p) + 1)))
 #define TAG_PLACEMENT(d) ((enum dos_placement)(((uintptr_t)(d)&0xff) - 1))
-#define TAG_INDEX(d) ((int)(((uintptr_t)(d) >> 8) & 0xffffff))
+#define TAG_GPU(d) ((int)(((uintptr_t)(d) >> 8) & 0xf))
+#define TAG_INDEX(d) ((int)(((uintptr_t)(d) >> 12) & 0xfffff))
 #define TAG_GENERATION(d) ((uint32_t)((uint64_t)(uintptr_t)(d) >> 32))
 /* Before its plan, an update's sched_data names its step's slot and the slot's epoch. */
 #define COLLECTED_TAG(slot, epoch) \
@@ -253,7 +277,6 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 	p->stride_k = (int)env_u64("DOS_STRIDE_K", 2, 1, 1000000);
 	p->resident_ratio = env_double("DOS_RESIDENT_RATIO", 0.5, 0, 1);
 	p->declared_reserve_bytes = env_double("DOS_GPU_RESERVE_MIB", 0, 0, 1e9) * 1048576.0;
-	p->gpu_node = -1; /* until add_workers */
 	p->verbose = (int)env_u64("DOS_SCHED_VERBOSE", 0, 0, 9);
 	p->declared_override_bytes =
 		getenv("DOS_GPU_DECLARED_MIB") ? env_double("DOS_GPU_DECLARED_MIB", -1, 0, 1e9) * 1048576.0 : -1;
@@ -263,14 +286,16 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 		fprintf(stderr,
 			"starpu-dos: DOS_GPU_FORECAST = '%s' is neither 'learned' nor 'declared'; using learned\n",
 			forecast);
-	_dos_app_memory_init(&p->app_memory);
+	for (int k = 0; k < MAX_GPUS; k++)
+		_dos_app_memory_init(&p->gpu[k].app_memory);
 	_dos_update_codelets_from_env();
 	p->foreign_step = 1;
 	for (int i = 0; i < STEP_SLOTS; i++)
 		starpu_task_list_init(&p->steps[i].parked);
 	/* the first window of the forecast: from now to the first plan (forward and backward
 	 * of the first step) */
-	_dos_app_memory_plan(&p->app_memory, starpu_timing_now() * 1e-6);
+	for (int k = 0; k < MAX_GPUS; k++)
+		_dos_app_memory_plan(&p->gpu[k].app_memory, starpu_timing_now() * 1e-6);
 	STARPU_PTHREAD_MUTEX_INIT(&p->plan_lock, NULL);
 	STARPU_PTHREAD_MUTEX_INIT(&p->pool_lock, NULL);
 	starpu_task_list_init(&p->cpu_pool);
@@ -329,10 +354,12 @@ static void deinit_policy(unsigned sched_ctx)
 		free(p->steps[i].tasks);
 	free(p->deferred.at);
 	free(p->foreign_seen.at);
-	free(p->staged.entries);
-	free(p->resident.entries);
+	for (int k = 0; k < MAX_GPUS; k++) {
+		free(p->gpu[k].staged.entries);
+		free(p->gpu[k].resident.entries);
+		_dos_app_memory_free(&p->gpu[k].app_memory);
+	}
 	free(p->on_cpu.entries);
-	_dos_app_memory_free(&p->app_memory);
 	free(p->last_place);
 	free(p);
 }
@@ -494,7 +521,8 @@ static void submit_hook(struct starpu_task *task)
 	 * post_exec_hook records for the update. */
 	for (int r = 0; r < u.step_data_end; r++)
 		if (r < DOS_ADAM_STATE_BUFFERS || home_is_gpu(_dos_update_handle(task, &u, r)))
-			_dos_app_memory_exclude(&p->app_memory, _dos_update_handle(task, &u, r));
+			for (int k = 0; k < p->ngpus; k++)
+				_dos_app_memory_exclude(&p->gpu[k].app_memory, _dos_update_handle(task, &u, r));
 	/* as many updates as the last step had: this one is complete */
 	if (p->counted == p->last_step_size)
 		close_step(p, s, ctx, &release);
@@ -502,21 +530,56 @@ static void submit_hook(struct starpu_task *task)
 	dispatch_released(p, &release, ctx);
 }
 
-static int on_gpu(starpu_data_handle_t h, int gpu)
-{
-	return gpu >= 0 && starpu_data_is_on_node(h, starpu_worker_get_memory_node((unsigned)gpu));
-}
-
-/* Whether the whole state of an update (master weights, m and v) is on the GPU: the
- * master alone is not enough, as a model that computes in fp32 reads the master weights
- * on the GPU in forward while m and v stay home (then 8 of the 12 bytes per parameter
- * still have to cross the link). */
-static int state_on_gpu(struct starpu_task *update, const struct _dos_update_view *u, int gpu)
+/* Whether the whole state of an update (master weights, m and v) is on GPU memory node
+ * `node`: the master alone is not enough, as a model that computes in fp32 reads the
+ * master weights on the GPU in forward while m and v stay home (then 8 of the 12 bytes
+ * per parameter still have to cross the link). */
+static int state_on_node(struct starpu_task *update, const struct _dos_update_view *u, unsigned node)
 {
 	for (int r = 0; r < DOS_ADAM_STATE_BUFFERS; r++)
-		if (!on_gpu(_dos_update_handle(update, u, r), gpu))
+		if (!starpu_data_is_on_node(_dos_update_handle(update, u, r), node))
 			return 0;
 	return 1;
+}
+
+/* The index of the GPU that holds an update's whole state, or -1 (plan lock held). */
+static int gpu_holding_state(const struct policy *p, struct starpu_task *update, const struct _dos_update_view *u)
+{
+	for (int k = 0; k < p->ngpus; k++)
+		if (state_on_node(update, u, (unsigned)p->gpu[k].node))
+			return k;
+	return -1;
+}
+
+/* The index of GPU memory node `node` among the planned GPUs, or -1. */
+static int gpu_index_of_node(const struct policy *p, unsigned node)
+{
+	for (int k = 0; k < p->ngpus; k++)
+		if ((unsigned)p->gpu[k].node == node)
+			return k;
+	return -1;
+}
+
+/* The context's GPUs, as they are now (plan lock held, or before any task). A GPU keeps
+ * its index (its forecast, its windows) while the context keeps the same GPUs. */
+static void find_gpus(struct policy *p, unsigned sched_ctx)
+{
+	unsigned nodes[MAX_GPUS];
+	int workers[STARPU_NMAXWORKERS];
+	p->ngpus = _dos_context_gpu_nodes(sched_ctx, nodes, MAX_GPUS);
+	int nworkers = _dos_workers_of_type(sched_ctx, STARPU_CUDA_WORKER, workers, STARPU_NMAXWORKERS);
+	double h2d[MAX_GPUS], d2h[MAX_GPUS];
+	_dos_gpu_link_shares(nodes, p->ngpus, h2d, d2h);
+	for (int k = 0; k < p->ngpus; k++) {
+		struct gpu_plan *g = &p->gpu[k];
+		g->node = (int)nodes[k];
+		g->worker = -1;
+		for (int i = 0; i < nworkers && i < STARPU_NMAXWORKERS && g->worker < 0; i++)
+			if (starpu_worker_get_memory_node((unsigned)workers[i]) == nodes[k])
+				g->worker = workers[i];
+		g->h2d_bytes_per_second = h2d[k];
+		g->d2h_bytes_per_second = d2h[k];
+	}
 }
 
 /* Whether some memory node holds a valid copy of h. A gradient that a task of this step
@@ -637,52 +700,55 @@ static int window_add(struct fetch_window *w, struct starpu_task *task)
 	return w->n++;
 }
 
-/* The fetch window of updates placed at `place`. */
-static struct fetch_window *window_of(struct policy *p, enum dos_placement place)
+/* The fetch window of updates placed at `place`, on GPU `gpu` (an index in p->gpu). */
+static struct fetch_window *window_of(struct policy *p, enum dos_placement place, int gpu)
 {
-	return place == DOS_PLACE_GPU_TRANSIENT  ? &p->staged
-	       : place == DOS_PLACE_GPU_RESIDENT ? &p->resident
+	return place == DOS_PLACE_GPU_TRANSIENT  ? &p->gpu[gpu].staged
+	       : place == DOS_PLACE_GPU_RESIDENT ? &p->gpu[gpu].resident
 						 : &p->on_cpu; /* DOS_PLACE_CPU, DOS_PLACE_CPU_THEN_RESIDENT */
 }
 
-/* GPU memory that gradients and 16-bit weights homed on the GPU occupy for good (as in
- * training): not the plan's to use. */
-static double gpu_homed_inputs_bytes(const struct step_tasks *s)
+/* GPU memory that gradients and 16-bit weights homed on GPU memory node `node` occupy for
+ * good (as in training): not the plan's to use. */
+static double gpu_homed_inputs_bytes(const struct step_tasks *s, int node)
 {
 	double bytes = 0;
 	for (int i = 0; i < s->n; i++) {
 		struct _dos_update_view u;
 		if (_dos_update_view(s->tasks[i], &u))
 			continue;
-		for (int r = DOS_ADAM_BUF_GRAD; r < u.step_data_end; r++)
-			if (home_is_gpu(_dos_update_handle(s->tasks[i], &u, r)))
-				bytes += (double)starpu_data_get_size(_dos_update_handle(s->tasks[i], &u, r));
+		for (int r = DOS_ADAM_BUF_GRAD; r < u.step_data_end; r++) {
+			starpu_data_handle_t h = _dos_update_handle(s->tasks[i], &u, r);
+			if (home_is_gpu(h) && starpu_data_get_home_node(h) == node)
+				bytes += (double)starpu_data_get_size(h);
+		}
 	}
 	return bytes;
 }
 
-/* The application's GPU memory over the coming iteration (plan lock held), and in
- * *update_extra how much less it needs during the update window. What the application
- * declared (dos_sched_reserve_gpu_bytes, or DOS_GPU_DECLARED_MIB in its place; the
- * training graph declares weights, gradients and activations from the model's shape) is
- * a floor: it knows what the measure cannot see (buffers StarPU keeps between uses,
- * tasks in other contexts). The measure (app_memory.c: the peak of what the
- * application's GPU tasks kept live over the last iteration, from the start to the
- * first plan for the first step) raises the forecast when the application uses more
- * than it declared, or declared nothing. DOS_GPU_FORECAST=declared: the declaration
- * alone. DOS_GPU_RESERVE_MIB, what StarPU evicted of resident state, and the gradients
- * and 16-bit weights homed on the GPU come on top (plan_step). */
-static double app_memory_forecast(struct policy *p, double *update_extra)
+/* The application's memory on GPU k over the coming iteration (plan lock held), and in
+ * *update_extra how much less it needs during the update window; in *learned whether the
+ * measure decided. What the application declared (dos_sched_reserve_gpu_bytes, or
+ * DOS_GPU_DECLARED_MIB in its place; the training graph declares weights, gradients and
+ * activations from the model's shape) is a floor, on every GPU: it knows what the measure
+ * cannot see (buffers StarPU keeps between uses, tasks in other contexts). The measure
+ * (app_memory.c: the peak of what the application's tasks on this GPU kept live over the
+ * last iteration, from the start to the first plan for the first step) raises the
+ * forecast when the application uses more than it declared, or declared nothing.
+ * DOS_GPU_FORECAST=declared: the declaration alone. DOS_GPU_RESERVE_MIB, what StarPU
+ * evicted of resident state, and the gradients and 16-bit weights homed on the GPU come
+ * on top (step_costs). */
+static double app_memory_forecast(const struct policy *p, int k, double *update_extra, int *learned)
 {
-	const struct dos_app_forecast *f = &p->app_memory.last;
+	const struct dos_app_forecast *f = &p->gpu[k].app_memory.last;
 	double declared = p->declared_override_bytes >= 0 ? p->declared_override_bytes : p->app_reserve_bytes;
 	*update_extra = 0;
-	p->stats.app_forecast_learned = f->learned && !p->forecast_declared_only && f->iteration_peak_bytes > declared;
-	if (!p->stats.app_forecast_learned)
-		return p->stats.app_forecast_bytes = declared;
+	*learned = f->learned && !p->forecast_declared_only && f->iteration_peak_bytes > declared;
+	if (!*learned)
+		return declared;
 	/* the measure decides: in the update window the application needs only its peak there */
 	*update_extra = f->iteration_peak_bytes - fmax(f->update_peak_bytes, declared);
-	return p->stats.app_forecast_bytes = f->iteration_peak_bytes;
+	return f->iteration_peak_bytes;
 }
 
 /* State the previous plan kept resident that StarPU has evicted since (to make room for
@@ -705,11 +771,16 @@ static void learn_from_evictions(struct policy *p, const struct step_tasks *s, c
 }
 
 /* The cost model of step s's plan (plan lock held): the machine as StarPU measures it
- * (rates.c), with the GPU memory left after the forecast of what the application keeps
- * there, and what the rest of the iteration leaves of the GPU and the link. Ends the
- * iteration measured since the previous plan. */
-static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sched_ctx, int gpu,
-		       const struct dos_plan_subgroup *sg, struct dos_machine_costs *m, int *calibrated)
+ * (rates.c), with each GPU's memory left after the forecast of what the application
+ * keeps there, and what the rest of the iteration leaves of the GPUs and their links.
+ * Ends the iteration measured since the previous plan. *m describes the first GPU (and
+ * the node, for the bound: cost_model.h); *pool the GPUs pooled into one, which the
+ * placement rule plans for: G times one GPU's speed, the links of all of them together
+ * (shared bridges counted once), the sum of their budgets, as the bound pools them
+ * (bound.c), but from each GPU's own budget. With one GPU the pool is that GPU. */
+static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sched_ctx,
+		       const struct dos_plan_subgroup *sg, struct dos_machine_costs *m, struct dos_machine_costs *pool,
+		       int *calibrated)
 {
 	struct starpu_task *first = s->tasks[0];
 	struct _dos_update_view u;
@@ -722,51 +793,222 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 		.grads_on_gpu = home_is_gpu(_dos_update_handle(first, &u, DOS_ADAM_BUF_GRAD)),
 		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(_dos_update_handle(first, &u, DOS_ADAM_BUF_WEIGHT16)),
 	};
-	_dos_app_memory_plan(&p->app_memory, starpu_timing_now() * 1e-6);
+	double now = starpu_timing_now() * 1e-6;
+	for (int k = 0; k < p->ngpus; k++)
+		_dos_app_memory_plan(&p->gpu[k].app_memory, now);
 	learn_from_evictions(p, s, sg);
-	double update_extra;
-	double app = app_memory_forecast(p, &update_extra);
-	_dos_measure_costs(first, u.params, sched_ctx, &homes,
-			   app + p->eviction_margin_bytes + p->declared_reserve_bytes + gpu_homed_inputs_bytes(s), m,
-			   calibrated);
-	m->gpu_update_extra_bytes = update_extra;
-	/* The rest of the iteration: the GPU's application work queued now (StarPU's
+	double reserve[MAX_GPUS] = {0}, extra[MAX_GPUS] = {0};
+	p->stats.app_forecast_bytes = 0;
+	p->stats.app_forecast_learned = 0;
+	for (int k = 0; k < p->ngpus; k++) {
+		int learned;
+		double app = app_memory_forecast(p, k, &extra[k], &learned);
+		if (k == 0 || app > p->stats.app_forecast_bytes) { /* the largest, in the statistics */
+			p->stats.app_forecast_bytes = app;
+			p->stats.app_forecast_learned = learned;
+		}
+		reserve[k] = app + p->eviction_margin_bytes + p->declared_reserve_bytes +
+			     gpu_homed_inputs_bytes(s, p->gpu[k].node);
+		p->gpu[k].budget_bytes = _dos_gpu_budget_bytes((unsigned)p->gpu[k].node, reserve[k]);
+		p->gpu[k].update_extra_bytes = extra[k];
+	}
+	_dos_measure_costs(first, u.params, sched_ctx, &homes, reserve[0], m, calibrated);
+	m->gpu_update_extra_bytes = extra[0];
+	/* The rest of the iteration: each GPU's application work queued now (StarPU's
 	 * predictions of the tasks in its queue; read without its lock: a hint) comes before
-	 * any update placed there; and the link idles while the GPU runs the application
+	 * any update placed there; and a link idles while its GPU runs the application
 	 * outside the update window (the last iteration's, half of it kept for the
 	 * application's own transfers), which can carry state becoming resident. */
-	m->gpu_busy_ahead_seconds = gpu >= 0 ? p->queues.of[gpu].queued_us * 1e-6 : 0.0;
-	const struct dos_app_forecast *f = &p->app_memory.last;
-	double idle_link = fmin(f->gpu_busy_seconds, f->iteration_seconds - f->update_window_seconds);
-	m->promote_bytes = f->learned && idle_link > 0 ? 0.5 * idle_link * m->h2d_bytes_per_second : 0.0;
+	double busy[MAX_GPUS] = {0}, promote[MAX_GPUS] = {0};
+	for (int k = 0; k < p->ngpus; k++) {
+		const struct dos_app_forecast *f = &p->gpu[k].app_memory.last;
+		double idle_link = fmin(f->gpu_busy_seconds, f->iteration_seconds - f->update_window_seconds);
+		double h2d = p->ngpus == 1 ? m->h2d_bytes_per_second : p->gpu[k].h2d_bytes_per_second;
+		busy[k] = p->gpu[k].worker >= 0 ? p->queues.of[p->gpu[k].worker].queued_us * 1e-6 : 0.0;
+		promote[k] = f->learned && idle_link > 0 ? 0.5 * idle_link * h2d : 0.0;
+	}
+	m->gpu_busy_ahead_seconds = busy[0];
+	m->promote_bytes = promote[0];
+	*pool = *m;
+	if (p->ngpus <= 1)
+		return;
+	double g = p->ngpus;
+	pool->ngpus = 1; /* to the placement rule, one GPU */
+	pool->gpu_seconds_per_param = m->gpu_seconds_per_param / g;
+	pool->h2d_bytes_per_second = m->node_h2d_bytes_per_second;
+	pool->d2h_bytes_per_second = m->node_d2h_bytes_per_second;
+	pool->gpu_update_extra_bytes = 0;
+	pool->gpu_busy_ahead_seconds = pool->promote_bytes = 0;
+	/* Staged state needs room on the GPU that updates it, which a sum of budgets does not
+	 * show: the pool holds what each GPU holds beside one staging slot of its own, plus
+	 * the two slots that the planner keeps free in the pool's budget for its own choice
+	 * between residency and staging (planner.c). */
+	double biggest = 0;
+	for (int i = 0; i < s->n; i++)
+		biggest = fmax(biggest, sg[i].params);
+	double slot = biggest * dos_staging_bytes_per_param(m);
+	pool->gpu_budget_bytes = 2 * slot;
+	for (int k = 0; k < p->ngpus; k++) {
+		pool->gpu_budget_bytes += fmax(0.0, p->gpu[k].budget_bytes - slot);
+		pool->gpu_update_extra_bytes += fmax(0.0, extra[k]);
+		pool->gpu_busy_ahead_seconds += busy[k] / g; /* the pool's work, spread evenly */
+		pool->promote_bytes += promote[k];
+	}
 }
 
-/* Where each of the n subgroups goes: the policy's placement rule. */
-static void place_subgroups(const struct policy *p, int gpu, const struct dos_machine_costs *m,
+/* Where each of the n subgroups goes: the policy's placement rule, on the pooled GPUs. */
+static void place_subgroups(const struct policy *p, const struct dos_machine_costs *pool,
 			    const struct dos_plan_subgroup *sg, int n, enum dos_placement *place)
 {
-	if (gpu < 0 || p->rule == RULE_ALL_CPU)
+	if (p->ngpus == 0 || p->rule == RULE_ALL_CPU)
 		_dos_plan_all_cpu(n, place);
 	else if (p->rule == RULE_STRIDE)
 		_dos_plan_stride(n, p->stride_k, place);
 	else if (p->rule == RULE_RESIDENT)
 		_dos_plan_resident(n, p->resident_ratio, place);
 	else
-		_dos_plan_step(m, sg, n, place);
+		_dos_plan_step(pool, sg, n, place);
+}
+
+/* The index of the GPU with the most room left for resident state. */
+static int roomiest_gpu(const struct policy *p)
+{
+	int best = 0;
+	for (int k = 1; k < p->ngpus; k++)
+		if (p->gpu[k].budget_bytes - p->gpu[k].resident_bytes >
+		    p->gpu[best].budget_bytes - p->gpu[best].resident_bytes)
+			best = k;
+	return best;
+}
+
+/* Which GPU runs each GPU-placed update of the plan (plan lock held; into gpu_of[],
+ * 0 for CPU updates). Three passes, O(G) per update:
+ *  1. state resident on a GPU stays there, while that GPU's budget holds it: nothing
+ *     crosses a link for it;
+ *  2. state that becomes resident goes to the GPU with the most room left;
+ *  3. staged state goes to the GPU that finishes its share soonest: the longest of the
+ *     time its link takes each way (at its share of a switch or bridge that it shares
+ *     with other GPUs: rates.c) and of its update time, for what it was given so far.
+ *     So every GPU's link works, and GPUs behind a shared switch get less of the link
+ *     work than GPUs with a link of their own. Only GPUs with room to stage one
+ *     subgroup beside their resident state qualify; under the dos rule, with none, the
+ *     update stays on the CPU. Staged state that is on a GPU already (resident state
+ *     that no longer fits) is updated there.
+ * The placement rule planned the pool: it sees the GPUs' budgets as one sum, not in
+ * subgroups per GPU. Under the dos rule, resident state that fits no GPU is staged
+ * instead, or stays a CPU update when it was to move in after one; a static rule's
+ * split is kept as it is, as with one GPU (it may overfill). With one GPU this keeps
+ * the plan as it is: the same sums in the same order as the planner's. */
+static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup *sg, const int *where,
+			const struct dos_machine_costs *m, enum dos_placement *place, unsigned char *gpu_of)
+{
+	int demote = p->rule == RULE_DOS;
+	double max_params = 0;
+	for (int i = 0; i < n; i++)
+		max_params = fmax(max_params, sg[i].params);
+	for (int k = 0; k < p->ngpus; k++)
+		p->gpu[k].resident_bytes = 0;
+	memset(gpu_of, 0, (size_t)n);
+	if (p->ngpus == 0)
+		return;
+	for (int i = 0; i < n; i++) { /* 1 */
+		if (place[i] != DOS_PLACE_GPU_RESIDENT || where[i] < 0)
+			continue;
+		struct gpu_plan *g = &p->gpu[where[i]];
+		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+		gpu_of[i] = (unsigned char)where[i];
+		if (g->resident_bytes + state <= g->budget_bytes || !demote)
+			g->resident_bytes += state;
+		else
+			place[i] = DOS_PLACE_GPU_TRANSIENT;
+	}
+	for (int i = 0; i < n; i++) { /* 2 */
+		if (!(place[i] == DOS_PLACE_GPU_RESIDENT && where[i] < 0) && place[i] != DOS_PLACE_CPU_THEN_RESIDENT)
+			continue;
+		int k = roomiest_gpu(p);
+		struct gpu_plan *g = &p->gpu[k];
+		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+		if (g->resident_bytes + state <= g->budget_bytes || !demote) {
+			g->resident_bytes += state;
+			gpu_of[i] = (unsigned char)k;
+		} else {
+			place[i] = place[i] == DOS_PLACE_GPU_RESIDENT ? DOS_PLACE_GPU_TRANSIENT : DOS_PLACE_CPU;
+		}
+	}
+	/* 3: each GPU's busy time so far, per resource: link in, link out, update */
+	double in[MAX_GPUS] = {0}, out[MAX_GPUS] = {0}, run[MAX_GPUS] = {0};
+	int can_stage[MAX_GPUS];
+	for (int k = 0; k < p->ngpus; k++) {
+		struct dos_machine_costs mine = *m; /* this GPU's room */
+		mine.gpu_budget_bytes = p->gpu[k].budget_bytes;
+		mine.gpu_update_extra_bytes = p->gpu[k].update_extra_bytes;
+		can_stage[k] = !demote || dos_staging_room_bytes(&mine, p->gpu[k].resident_bytes) >=
+						  max_params * dos_staging_bytes_per_param(m);
+	}
+	for (int i = 0; i < n; i++)
+		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
+			struct gpu_plan *g = &p->gpu[gpu_of[i]];
+			in[gpu_of[i]] += dos_gpu_path_h2d_bytes(m, sg[i].params, 1) / g->h2d_bytes_per_second;
+			out[gpu_of[i]] += dos_gpu_path_d2h_bytes(m, sg[i].params, 1) / g->d2h_bytes_per_second;
+			run[gpu_of[i]] += sg[i].params * m->gpu_seconds_per_param;
+		}
+	for (int i = 0; i < n; i++) {
+		if (place[i] != DOS_PLACE_GPU_TRANSIENT)
+			continue;
+		int best = where[i];
+		double best_end = INFINITY;
+		for (int k = 0; k < p->ngpus && where[i] < 0; k++) {
+			const struct gpu_plan *g = &p->gpu[k];
+			if (!can_stage[k])
+				continue;
+			double end =
+				fmax(in[k] + dos_gpu_path_h2d_bytes(m, sg[i].params, 0) / g->h2d_bytes_per_second,
+				     out[k] + dos_gpu_path_d2h_bytes(m, sg[i].params, 0) / g->d2h_bytes_per_second);
+			end = fmax(end, run[k] + sg[i].params * m->gpu_seconds_per_param);
+			if (end < best_end) {
+				best_end = end;
+				best = k;
+			}
+		}
+		if (best < 0) {
+			place[i] = DOS_PLACE_CPU;
+			continue;
+		}
+		const struct gpu_plan *g = &p->gpu[best];
+		in[best] += dos_gpu_path_h2d_bytes(m, sg[i].params, where[i] >= 0) / g->h2d_bytes_per_second;
+		out[best] += dos_gpu_path_d2h_bytes(m, sg[i].params, 0) / g->d2h_bytes_per_second;
+		run[best] += sg[i].params * m->gpu_seconds_per_param;
+		gpu_of[i] = (unsigned char)best;
+	}
 }
 
 /* Whether the application's GPU memory is known well enough to pin resident state on the
- * GPU (plan lock held): pinned state cannot be evicted, so an application that needs more
+ * GPUs (plan lock held): pinned state cannot be evicted, so an application that needs more
  * than the forecast would wait for memory nobody frees. Known: measured over a whole
- * iteration, or no application task ran on the GPU at all; not when the plan goes by
- * the declaration alone (DOS_GPU_FORECAST=declared). */
+ * iteration on every GPU, or no application task ran on it at all; not when the plan goes
+ * by the declaration alone (DOS_GPU_FORECAST=declared). */
 static int forecast_is_measured(const struct policy *p)
 {
-	const struct dos_app_forecast *f = &p->app_memory.last;
-	return !p->forecast_declared_only && f->learned && (f->whole_iteration || f->gpu_busy_seconds == 0);
+	if (p->forecast_declared_only)
+		return 0;
+	for (int k = 0; k < p->ngpus; k++) {
+		const struct dos_app_forecast *f = &p->gpu[k].app_memory.last;
+		if (!(f->learned && (f->whole_iteration || f->gpu_busy_seconds == 0)))
+			return 0;
+	}
+	return 1;
 }
 
-/* Pins the state the plan keeps resident on the GPU there, and unpins the rest (plan lock
+/* Whether the application ran tasks on some planned GPU over the last iteration. */
+static int application_uses_gpus(const struct policy *p)
+{
+	for (int k = 0; k < p->ngpus; k++)
+		if (p->gpu[k].app_memory.last.gpu_busy_seconds > 0)
+			return 1;
+	return 0;
+}
+
+/* Pins the state the plan keeps resident on a GPU there, and unpins the rest (plan lock
  * held). StarPU's background write-back ("tidy": when fewer than
  * STARPU_MINIMUM_CLEAN_BUFFERS % of a GPU's buffers are clean, it writes dirty ones home
  * until STARPU_TARGET_CLEAN_BUFFERS % are) takes resident state, dirty there on purpose,
@@ -780,84 +1022,98 @@ static int forecast_is_measured(const struct policy *p)
  * link to idle. Application data keeps StarPU's settings. Pinning needs a measured
  * forecast (forecast_is_measured); until then StarPU may evict resident state, which
  * the eviction signal learns from. Nor is anything pinned while the plan stages state
- * beside an application that runs on the GPU: the staging slots then share the room the
+ * beside an application that runs on the GPUs: the staging slots then share the room the
  * application leaves, which its measured peak does not describe exactly (StarPU's cache
  * of freed buffers, allocation granularity); where it falls short, evicting resident
  * state is what frees the room, and pinned, the staged copies and the application's
  * data evict each other instead. Only the dos rule pins: its resident state fits the
  * budget with room to stage beside it, while a static split may plan more resident state
  * than the GPU holds, and pinned, the updates that need room would wait forever. */
-static void pin_resident_state(struct policy *p, struct step_tasks *s, const enum dos_placement *place)
+static void pin_resident_state(struct policy *p, struct step_tasks *s, const enum dos_placement *place,
+			       const unsigned char *gpu_of)
 {
-	int pin = p->rule == RULE_DOS && p->gpu_node >= 0 && p->gpu_node < 32 && forecast_is_measured(p);
-	for (int i = 0; i < s->n && pin && p->app_memory.last.gpu_busy_seconds > 0; i++)
+	int pin = p->rule == RULE_DOS && p->ngpus > 0 && forecast_is_measured(p);
+	for (int i = 0; i < s->n && pin && application_uses_gpus(p); i++)
 		pin = place[i] != DOS_PLACE_GPU_TRANSIENT;
 	for (int i = 0; i < s->n; i++) {
 		struct _dos_update_view u;
 		if (_dos_update_view(s->tasks[i], &u))
 			continue;
-		unsigned mask = pin && place[i] == DOS_PLACE_GPU_RESIDENT ? 1u << (unsigned)p->gpu_node : 0u;
+		int node = p->ngpus > 0 ? p->gpu[gpu_of[i]].node : -1;
+		unsigned mask = pin && place[i] == DOS_PLACE_GPU_RESIDENT && node < 32 ? 1u << (unsigned)node : 0u;
 		for (int r = 0; r < DOS_ADAM_STATE_BUFFERS; r++)
 			starpu_data_set_wt_mask(_dos_update_handle(s->tasks[i], &u, r), mask);
 	}
 }
 
-/* Tags each update with its placement and starts the transfers of the plan (plan lock
- * held); returns the number of updates placed on the GPU. The state the plan newly keeps
- * resident is prefetched now (it fits by construction); the staged subgroups' state and
- * gradient, and the resident ones' gradients, go through fetch windows: fetching every
- * staged state at once would overflow the budget and make StarPU evict state it still
- * needs (what dmda does). */
+/* Tags each update with its placement and GPU and starts the transfers of the plan (plan
+ * lock held); returns the number of updates placed on a GPU. The state the plan newly
+ * keeps resident is prefetched now (it fits by construction); each GPU's staged
+ * subgroups' state and gradient, and its resident ones' gradients, go through that GPU's
+ * fetch windows: fetching every staged state at once would overflow the budget and make
+ * StarPU evict state it still needs (what dmda does). */
 static int start_transfers(struct policy *p, struct step_tasks *s, const struct dos_plan_subgroup *sg,
-			   const enum dos_placement *place, const struct dos_machine_costs *m)
+			   const enum dos_placement *place, const unsigned char *gpu_of,
+			   const struct dos_machine_costs *m)
 {
 	int ngpu = 0;
 	p->generation++;
-	window_reset(&p->staged, s->n, DOS_ADAM_BUF_MASTER, DOS_ADAM_BUF_GRAD, p->gpu_node);
-	window_reset(&p->resident, s->n, DOS_ADAM_BUF_GRAD, DOS_ADAM_BUF_GRAD, p->gpu_node);
+	double resident_bytes[MAX_GPUS] = {0}, staged_bytes[MAX_GPUS] = {0};
+	for (int k = 0; k < p->ngpus; k++) {
+		window_reset(&p->gpu[k].staged, s->n, DOS_ADAM_BUF_MASTER, DOS_ADAM_BUF_GRAD, p->gpu[k].node);
+		window_reset(&p->gpu[k].resident, s->n, DOS_ADAM_BUF_GRAD, DOS_ADAM_BUF_GRAD, p->gpu[k].node);
+	}
 	window_reset(&p->on_cpu, s->n, DOS_ADAM_BUF_GRAD, DOS_ADAM_BUF_GRAD, STARPU_MAIN_RAM);
-	double resident_bytes = 0, staged_bytes = 0;
 	for (int i = 0; i < s->n; i++) {
-		struct fetch_window *w = window_of(p, place[i]);
+		int k = gpu_of[i];
+		struct fetch_window *w = window_of(p, place[i], k);
 		if (place[i] == DOS_PLACE_GPU_TRANSIENT)
-			staged_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
-		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i], window_add(w, s->tasks[i]), p->generation);
+			staged_bytes[k] += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i], k, window_add(w, s->tasks[i]), p->generation);
 		if (place[i] == DOS_PLACE_CPU_THEN_RESIDENT)
-			resident_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM; /* arrives after */
+			resident_bytes[k] += sg[i].params * DOS_STATE_BYTES_PER_PARAM; /* arrives after */
 		if (place[i] == DOS_PLACE_CPU || place[i] == DOS_PLACE_CPU_THEN_RESIDENT)
 			continue;
 		ngpu++;
 		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
-			resident_bytes += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+			resident_bytes[k] += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 			if (!sg[i].resident_now)
 				prefetch_buffers(p, s->tasks[i], DOS_ADAM_BUF_MASTER, DOS_ADAM_BUF_V,
-						 (unsigned)p->gpu_node, s->n - i);
+						 (unsigned)p->gpu[k].node, s->n - i);
 		}
 	}
-	p->eager_writeback = resident_bytes + staged_bytes > m->gpu_budget_bytes;
 	double per = sg[0].params * dos_staging_bytes_per_param(m);
-	p->staged.ahead = per > 0 ? (int)fmin(3.0, floor(dos_staging_room_bytes(m, resident_bytes) / per)) : 0;
-	p->resident.ahead = RESIDENT_GRADIENTS_AHEAD;
+	for (int k = 0; k < p->ngpus; k++) {
+		struct gpu_plan *g = &p->gpu[k];
+		struct dos_machine_costs mine = *m; /* this GPU's room */
+		mine.gpu_budget_bytes = g->budget_bytes;
+		mine.gpu_update_extra_bytes = g->update_extra_bytes;
+		g->eager_writeback = resident_bytes[k] + staged_bytes[k] > g->budget_bytes;
+		g->staged.ahead =
+			per > 0 ? (int)fmin(3.0, floor(dos_staging_room_bytes(&mine, resident_bytes[k]) / per)) : 0;
+		g->resident.ahead = RESIDENT_GRADIENTS_AHEAD;
+		window_advance(p, &g->staged, 0);
+		window_advance(p, &g->resident, 0);
+	}
 	p->on_cpu.ahead = m->ncpu_workers + 1;
-	window_advance(p, &p->staged, 0);
-	window_advance(p, &p->resident, 0);
 	window_advance(p, &p->on_cpu, 0);
 	return ngpu;
 }
 
 /* What the plan of step `step` decided, in the statistics and, as asked, on stderr. */
 static void report_plan(struct policy *p, uint64_t step, const struct dos_plan_subgroup *sg, int n,
-			const enum dos_placement *place, int ngpu, const struct dos_machine_costs *m, int calibrated)
+			const enum dos_placement *place, const unsigned char *gpu_of, int ngpu,
+			const struct dos_machine_costs *m, const struct dos_machine_costs *pool, int calibrated)
 {
 	p->stats.last_step = step;
 	p->stats.last_subgroups = (unsigned)n;
 	p->stats.last_gpu_subgroups = (unsigned)ngpu;
-	p->stats.last_predicted_seconds = _dos_plan_predict(m, sg, n, place);
+	p->stats.last_predicted_seconds = _dos_plan_predict(pool, sg, n, place);
 	p->stats.last_bound_seconds = _dos_bound_seconds(m, sg, n, NULL);
 	p->stats.calibrated = calibrated;
 	p->stats.gpu_budget_bytes = m->gpu_budget_bytes;
 	double per = sg[0].params * dos_staging_bytes_per_param(m);
-	if (p->gpu_node >= 0 && m->gpu_budget_bytes < per && !p->said_no_gpu_room) {
+	if (p->ngpus > 0 && m->gpu_budget_bytes < per && !p->said_no_gpu_room) {
 		/* less GPU memory than one subgroup needs: every update runs on the CPU, which
 		 * is correct but slow; the user should know, once */
 		p->said_no_gpu_room = 1;
@@ -869,52 +1125,68 @@ static void report_plan(struct policy *p, uint64_t step, const struct dos_plan_s
 	if (p->verbose < 2)
 		return;
 	/* one line per plan: what it kept, took on, staged and left on the CPU, and the
-	 * forecast it planned with */
-	int count[5] = {0}, kept = 0;
+	 * forecast it planned with; with several GPUs, the updates each one got */
+	int count[5] = {0}, kept = 0, on_gpu[MAX_GPUS] = {0};
 	for (int i = 0; i < n; i++) {
 		count[place[i]]++;
 		kept += place[i] == DOS_PLACE_GPU_RESIDENT && sg[i].resident_now;
+		on_gpu[gpu_of[i]] += place[i] == DOS_PLACE_GPU_RESIDENT || place[i] == DOS_PLACE_GPU_TRANSIENT;
 	}
+	char per_gpu[16 * MAX_GPUS] = "";
+	for (int k = 0; p->ngpus > 1 && k < p->ngpus; k++)
+		snprintf(per_gpu + strlen(per_gpu), sizeof per_gpu - strlen(per_gpu), "%sGPU%d %d", k ? ", " : " (", k,
+			 on_gpu[k]);
+	if (p->ngpus > 1)
+		strcat(per_gpu, ")");
 	fprintf(stderr,
-		"starpu-dos: %s: plan of step %llu at %.3f s: %d resident (%d already), %d staged, %d on CPU "
+		"starpu-dos: %s: plan of step %llu at %.3f s: %d resident (%d already), %d staged%s, %d on CPU "
 		"(%d then resident); GPU budget %.3g GB (+%.3g GB in the update window), application "
 		"forecast %.3g GB (%s; measured %.3g GB), GPU busy %.3g s ahead, %.3g GB may move after CPU "
 		"updates; "
 		"predicted %.4g s\n",
 		rule_name(p->rule), (unsigned long long)step, starpu_timing_now() * 1e-6, count[DOS_PLACE_GPU_RESIDENT],
-		kept, count[DOS_PLACE_GPU_TRANSIENT], count[DOS_PLACE_CPU] + count[DOS_PLACE_CPU_THEN_RESIDENT],
-		count[DOS_PLACE_CPU_THEN_RESIDENT], m->gpu_budget_bytes * 1e-9, m->gpu_update_extra_bytes * 1e-9,
-		p->stats.app_forecast_bytes * 1e-9, p->stats.app_forecast_learned ? "learned" : "declared",
-		p->app_memory.last.iteration_peak_bytes * 1e-9, m->gpu_busy_ahead_seconds, m->promote_bytes * 1e-9,
-		p->stats.last_predicted_seconds);
+		kept, count[DOS_PLACE_GPU_TRANSIENT], per_gpu,
+		count[DOS_PLACE_CPU] + count[DOS_PLACE_CPU_THEN_RESIDENT], count[DOS_PLACE_CPU_THEN_RESIDENT],
+		pool->gpu_budget_bytes * 1e-9, pool->gpu_update_extra_bytes * 1e-9, p->stats.app_forecast_bytes * 1e-9,
+		p->stats.app_forecast_learned ? "learned" : "declared",
+		p->gpu[0].app_memory.last.iteration_peak_bytes * 1e-9, pool->gpu_busy_ahead_seconds,
+		pool->promote_bytes * 1e-9, p->stats.last_predicted_seconds);
 }
 
-/* Plans the updates of s (plan lock held): its subgroups as they are now, the cost model,
- * the placement, the transfers it starts. */
+/* Plans the updates of s (plan lock held): its subgroups as they are now (on which GPU
+ * their state is), the cost model, the placement on the pooled GPUs, the GPU of each
+ * GPU update, the transfers it starts. */
 static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx)
 {
 	double t0 = seconds_now();
-	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
-	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
+	STARPU_ASSERT_MSG(s->n <= MAX_STEP_UPDATES, "a step of %d updates: the dos policy plans at most %d", s->n,
+			  MAX_STEP_UPDATES);
+	find_gpus(p, sched_ctx);
 	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
 	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
-	STARPU_ASSERT_MSG(sg && place, "out of memory planning %d subgroups", s->n);
+	int *where = malloc((size_t)s->n * sizeof *where);
+	unsigned char *gpu_of = malloc((size_t)s->n);
+	STARPU_ASSERT_MSG(sg && place && where && gpu_of, "out of memory planning %d subgroups", s->n);
 	for (int i = 0; i < s->n; i++) {
 		struct _dos_update_view u;
 		int err = _dos_update_view(s->tasks[i], &u);
 		STARPU_ASSERT(err == 0);
 		sg[i].params = u.params;
-		sg[i].resident_now = state_on_gpu(s->tasks[i], &u, gpu);
+		where[i] = gpu_holding_state(p, s->tasks[i], &u);
+		sg[i].resident_now = where[i] >= 0;
 	}
-	struct dos_machine_costs m;
+	struct dos_machine_costs m, pool;
 	int calibrated;
-	step_costs(p, s, sched_ctx, gpu, sg, &m, &calibrated);
-	place_subgroups(p, gpu, &m, sg, s->n, place);
-	int ngpu = start_transfers(p, s, sg, place, &m);
-	pin_resident_state(p, s, place);
-	report_plan(p, s->step, sg, s->n, place, ngpu, &m, calibrated);
+	step_costs(p, s, sched_ctx, sg, &m, &pool, &calibrated);
+	place_subgroups(p, &pool, sg, s->n, place);
+	assign_gpus(p, s->n, sg, where, &m, place, gpu_of);
+	int ngpu = start_transfers(p, s, sg, place, gpu_of, &m);
+	pin_resident_state(p, s, place, gpu_of);
+	report_plan(p, s->step, sg, s->n, place, gpu_of, ngpu, &m, &pool, calibrated);
 	s->planned = 1;
 	free(sg);
+	free(where);
+	free(gpu_of);
 	free(p->last_place);
 	p->last_place = place;
 	p->last_n = s->n;
@@ -974,9 +1246,11 @@ static struct step_tasks *collected_slot(struct policy *p, struct starpu_task *t
 }
 
 /* A ready update whose step is planned (plan lock held): the worker type its plan chose
- * (-1: none, no plan), and its window may now fetch its task-level inputs. */
-static int ready_update(struct policy *p, struct starpu_task *task)
+ * (-1: none, no plan), in *gpu_node the memory node of its GPU (-1: none), and its window
+ * may now fetch its task-level inputs. */
+static int ready_update(struct policy *p, struct starpu_task *task, int *gpu_node)
 {
+	*gpu_node = -1;
 	if (!IS_PLACED(task->sched_data))
 		return -1;
 	enum dos_placement place = TAG_PLACEMENT(task->sched_data);
@@ -985,9 +1259,11 @@ static int ready_update(struct policy *p, struct starpu_task *task)
 		p->stats.cpu_updates++;
 	else
 		p->stats.gpu_updates++;
+	if (!cpu)
+		*gpu_node = p->gpu[TAG_GPU(task->sched_data)].node;
 	if (TAG_GENERATION(task->sched_data) == p->generation) {
 		/* ready now: its gradient may be fetched, if its window is there */
-		struct fetch_window *w = window_of(p, place);
+		struct fetch_window *w = window_of(p, place, TAG_GPU(task->sched_data));
 		int i = TAG_INDEX(task->sched_data);
 		w->entries[i].pushed = 1;
 		if (i < w->next)
@@ -996,14 +1272,17 @@ static int ready_update(struct policy *p, struct starpu_task *task)
 	return cpu ? STARPU_CPU_WORKER : STARPU_CUDA_WORKER;
 }
 
-/* Queues a ready task: in the CPU pool or on the earliest-finishing worker of the type
- * `only_type` (-1: any). */
-static void place_ready(struct policy *p, struct starpu_task *task, unsigned ctx, int only_type)
+/* Queues a ready task: in the CPU pool, or on the earliest-finishing worker of GPU memory
+ * node `gpu_node` (>= 0: the update's planned GPU), else of the type `only_type` (-1: any). */
+static void place_ready(struct policy *p, struct starpu_task *task, unsigned ctx, int only_type, int gpu_node)
 {
 	if (only_type == STARPU_CPU_WORKER && push_to_cpu_pool(p, task, ctx) == 0)
 		return;
 	double predicted = NAN;
-	int worker = _dos_queues_choose(&p->queues, task, ctx, only_type, &predicted);
+	int worker =
+		gpu_node >= 0 ? _dos_queues_choose_on_node(&p->queues, task, ctx, (unsigned)gpu_node, &predicted) : -1;
+	if (worker < 0)
+		worker = _dos_queues_choose(&p->queues, task, ctx, only_type, &predicted);
 	if (worker < 0) /* the planned kind cannot run it (e.g. task->where): any worker */
 		worker = _dos_queues_choose(&p->queues, task, ctx, -1, &predicted);
 	STARPU_ASSERT_MSG(worker >= 0, "no worker of the context can execute task %s", starpu_task_get_name(task));
@@ -1019,9 +1298,10 @@ static void dispatch_released(struct policy *p, struct starpu_task_list *release
 	while (!starpu_task_list_empty(release)) {
 		struct starpu_task *task = starpu_task_list_pop_front(release);
 		lock_plan(p);
-		int only_type = ready_update(p, task);
+		int gpu_node;
+		int only_type = ready_update(p, task, &gpu_node);
 		unlock_plan(p);
-		place_ready(p, task, sched_ctx, only_type);
+		place_ready(p, task, sched_ctx, only_type, gpu_node);
 	}
 	if (starpu_worker_get_id() < 0)
 		issue_deferred_prefetches(p);
@@ -1039,7 +1319,7 @@ static int push_task(struct starpu_task *task)
 	unsigned ctx = task->sched_ctx;
 	struct policy *p = policy_of(ctx);
 	double t0 = seconds_now();
-	int only_type = -1;
+	int only_type = -1, gpu_node = -1;
 	if (_dos_is_update(task)) {
 		lock_plan(p);
 		struct step_tasks *s = collected_slot(p, task);
@@ -1054,12 +1334,12 @@ static int push_task(struct starpu_task *task)
 			}
 			plan_step(p, s, ctx);
 		}
-		only_type = ready_update(p, task);
+		only_type = ready_update(p, task, &gpu_node);
 		unlock_plan(p);
 		if (starpu_worker_get_id() < 0) /* the application's thread, submitting */
 			issue_deferred_prefetches(p);
 	}
-	place_ready(p, task, ctx, only_type);
+	place_ready(p, task, ctx, only_type, gpu_node);
 	record_decision(p, t0);
 	return 0;
 }
@@ -1166,15 +1446,17 @@ static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		/* the update began: its window must not fetch for it any more */
 		lock_plan(p);
 		if (IS_PLACED(task->sched_data) && TAG_GENERATION(task->sched_data) == p->generation)
-			window_of(p, TAG_PLACEMENT(task->sched_data))->entries[TAG_INDEX(task->sched_data)].started = 1;
+			window_of(p, TAG_PLACEMENT(task->sched_data), TAG_GPU(task->sched_data))
+				->entries[TAG_INDEX(task->sched_data)]
+				.started = 1;
 		unlock_plan(p);
 		return;
 	}
-	/* an application task on the planned GPU: when it used its data is what the forecast
-	 * of the application's memory learns from (app_memory.c) */
+	/* an application task on a planned GPU: when it used its data is what that GPU's
+	 * forecast of the application's memory learns from (app_memory.c) */
 	int w = starpu_worker_get_id();
-	if (starpu_worker_get_type(w) == STARPU_CUDA_WORKER && p->gpu_node >= 0 &&
-	    starpu_worker_get_memory_node((unsigned)w) == (unsigned)p->gpu_node)
+	if (starpu_worker_get_type(w) == STARPU_CUDA_WORKER &&
+	    gpu_index_of_node(p, starpu_worker_get_memory_node((unsigned)w)) >= 0)
 		task->sched_data = START_TAG(starpu_timing_now());
 }
 
@@ -1188,12 +1470,15 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 			double start = TAG_START_US(task->sched_data) * 1e-6, end = starpu_timing_now() * 1e-6;
 			task->sched_data = NULL;
 			lock_plan(p);
-			for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
+			int k = gpu_index_of_node(p, starpu_worker_get_memory_node(starpu_worker_get_id_check()));
+			struct dos_app_memory *am = k >= 0 ? &p->gpu[k].app_memory : NULL;
+			for (int b = 0; am && b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
 				starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, b);
-				_dos_app_memory_use(&p->app_memory, h, (double)starpu_data_get_size(h), home_is_gpu(h),
+				_dos_app_memory_use(am, h, (double)starpu_data_get_size(h), home_is_gpu(h),
 						    (STARPU_TASK_GET_MODE(task, b) & STARPU_R) != 0, start, end);
 			}
-			_dos_app_memory_task(&p->app_memory, start, end);
+			if (am)
+				_dos_app_memory_task(am, start, end);
 			unlock_plan(p);
 		}
 		return;
@@ -1201,6 +1486,7 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	if (!IS_PLACED(task->sched_data))
 		return;
 	enum dos_placement place = TAG_PLACEMENT(task->sched_data);
+	int gpu = TAG_GPU(task->sched_data);
 	uint32_t generation = TAG_GENERATION(task->sched_data);
 	task->sched_data = NULL;
 	int on_cuda = starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER;
@@ -1222,20 +1508,22 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 	}
 	double now = starpu_timing_now() * 1e-6;
 	lock_plan(p);
-	if (p->gpu_node >= 0) /* the span of its gradient's and 16-bit weights' GPU copies */
+	/* the span of its gradient's and 16-bit weights' GPU copies, on whichever GPU the
+	 * application's tasks used them */
+	for (int k = 0; k < p->ngpus; k++)
 		for (int r = DOS_ADAM_BUF_GRAD; r < u.step_data_end; r++) {
 			starpu_data_handle_t h = _dos_update_handle(task, &u, r);
 			if (!home_is_gpu(h))
-				_dos_app_memory_update_use(&p->app_memory, h,
+				_dos_app_memory_update_use(&p->gpu[k].app_memory, h,
 							   (STARPU_TASK_GET_MODE(task, u.buffer[r]) & STARPU_R) != 0,
 							   now);
 		}
-	if (place == DOS_PLACE_CPU_THEN_RESIDENT && !on_cuda && p->gpu_node >= 0)
+	if (place == DOS_PLACE_CPU_THEN_RESIDENT && !on_cuda && p->ngpus > 0)
 		/* its state moves to the GPU now that the CPU has updated it, when the link has
 		 * nothing else to do (the next forward and backward): resident next step */
 		for (int r = 0; r < DOS_ADAM_STATE_BUFFERS; r++)
-			defer_prefetch(p, _dos_update_handle(task, &u, r), (unsigned)p->gpu_node, 0, 1);
-	if (place == DOS_PLACE_GPU_TRANSIENT && on_cuda && p->eager_writeback)
+			defer_prefetch(p, _dos_update_handle(task, &u, r), (unsigned)p->gpu[gpu].node, 0, 1);
+	if (place == DOS_PLACE_GPU_TRANSIENT && on_cuda && p->gpu[gpu].eager_writeback)
 		/* When the GPU cannot keep every staged subgroup beside the resident state until
 		 * the next update phase, staged state goes home now, as the plan assumes, not
 		 * when StarPU finds the link idle (wont_use): left dirty, its copies are evicted
@@ -1249,8 +1537,9 @@ static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 			defer_prefetch(p, _dos_update_handle(task, &u, r), STARPU_MAIN_RAM, 0, 0);
 	if (generation == p->generation) { /* not an update of an older plan */
 		/* one more update of its window ended: start the next fetch */
-		_dos_app_memory_update_ended(&p->app_memory, now);
-		struct fetch_window *w = window_of(p, place);
+		for (int k = 0; k < p->ngpus; k++)
+			_dos_app_memory_update_ended(&p->gpu[k].app_memory, now);
+		struct fetch_window *w = window_of(p, place, gpu);
 		w->ended++;
 		window_advance(p, w, w->ended);
 	}
@@ -1267,10 +1556,9 @@ static void add_workers(unsigned sched_ctx, int *workerids, unsigned nworkers)
 	 * the main context (0) only (peager does the same; earlier, in init_sched, is too early). */
 	if (sched_ctx == 0)
 		starpu_sched_find_all_worker_combinations();
-	/* the GPU planned for, known before the first plan so that the forecast of the
-	 * application's memory learns from the first forward and backward */
-	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
-	p->gpu_node = gpu >= 0 ? (int)starpu_worker_get_memory_node((unsigned)gpu) : -1;
+	/* the GPUs planned for, known before the first plan so that the forecasts of the
+	 * application's memory learn from the first forward and backward */
+	find_gpus(p, sched_ctx);
 }
 
 /* Called by StarPU as it deletes the context (1.4 does not call it when workers are

@@ -27,20 +27,7 @@
 #define GPU_SAFETY_FRACTION 0.08
 #define GPU_SAFETY_MAX_BYTES (1024.0 * 1048576.0)
 
-int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype type)
-{
-	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
-	struct starpu_sched_ctx_iterator it;
-	workers->init_iterator(workers, &it);
-	while (workers->has_next(workers, &it)) {
-		int w = (int)workers->get_next(workers, &it);
-		if (!starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == type)
-			return w;
-	}
-	return -1;
-}
-
-int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type)
+int _dos_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type, int *ids, int max)
 {
 	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
 	struct starpu_sched_ctx_iterator it;
@@ -48,7 +35,39 @@ int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype t
 	workers->init_iterator(workers, &it);
 	while (workers->has_next(workers, &it)) {
 		int w = (int)workers->get_next(workers, &it);
-		n += !starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == type;
+		if (starpu_worker_is_combined_worker(w) || starpu_worker_get_type(w) != type)
+			continue;
+		if (n < max)
+			ids[n] = w;
+		n++;
+	}
+	return n;
+}
+
+int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype type)
+{
+	int first = -1;
+	_dos_workers_of_type(sched_ctx, type, &first, 1);
+	return first;
+}
+
+int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type)
+{
+	return _dos_workers_of_type(sched_ctx, type, NULL, 0);
+}
+
+int _dos_context_gpu_nodes(unsigned sched_ctx, unsigned *nodes, int max)
+{
+	int workers[STARPU_NMAXWORKERS];
+	int nworkers = _dos_workers_of_type(sched_ctx, STARPU_CUDA_WORKER, workers, STARPU_NMAXWORKERS);
+	int n = 0;
+	for (int i = 0; i < nworkers && i < STARPU_NMAXWORKERS; i++) {
+		unsigned node = starpu_worker_get_memory_node((unsigned)workers[i]);
+		int seen = 0;
+		for (int j = 0; j < n; j++)
+			seen |= nodes[j] == node;
+		if (!seen && n < max)
+			nodes[n++] = node;
 	}
 	return n;
 }
@@ -149,38 +168,33 @@ static int gpus_sharing_bridge(unsigned node, const unsigned *gpu_nodes, int ngp
 	return share;
 }
 
-/* The GPUs' memory nodes of the context, each once (several workers may drive one GPU);
- * returns how many, at most `max`. */
-static int context_gpu_nodes(unsigned sched_ctx, unsigned *nodes, int max)
+void _dos_gpu_link_shares(const unsigned *nodes, int ngpus, double *h2d, double *d2h)
 {
-	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
-	struct starpu_sched_ctx_iterator it;
-	int n = 0;
-	workers->init_iterator(workers, &it);
-	while (workers->has_next(workers, &it)) {
-		int w = (int)workers->get_next(workers, &it);
-		if (starpu_worker_is_combined_worker(w) || starpu_worker_get_type(w) != STARPU_CUDA_WORKER)
-			continue;
-		unsigned node = starpu_worker_get_memory_node((unsigned)w);
-		int seen = 0;
-		for (int j = 0; j < n; j++)
-			seen |= nodes[j] == node;
-		if (!seen && n < max)
-			nodes[n++] = node;
+	for (int k = 0; k < ngpus; k++) {
+		double share = gpus_sharing_bridge(nodes[k], nodes, ngpus);
+		h2d[k] = link_rate(STARPU_MAIN_RAM, nodes[k]) / share;
+		d2h[k] = link_rate(nodes[k], STARPU_MAIN_RAM) / share;
 	}
-	return n;
+}
+
+double _dos_gpu_budget_bytes(unsigned node, double reserved_gpu_bytes)
+{
+	double total = (double)starpu_memory_get_total(node);
+	double safety = fmin(total * GPU_SAFETY_FRACTION, GPU_SAFETY_MAX_BYTES);
+	return fmax(0.0, total - safety - reserved_gpu_bytes);
 }
 
 /* The node's GPUs and their links all together (cost_model.h: for the bound). */
 static void measure_node_links(unsigned sched_ctx, struct dos_machine_costs *out)
 {
 	unsigned nodes[STARPU_MAXNODES];
-	out->ngpus = context_gpu_nodes(sched_ctx, nodes, STARPU_MAXNODES);
+	double h2d[STARPU_MAXNODES], d2h[STARPU_MAXNODES];
+	out->ngpus = _dos_context_gpu_nodes(sched_ctx, nodes, STARPU_MAXNODES);
+	_dos_gpu_link_shares(nodes, out->ngpus, h2d, d2h);
 	out->node_h2d_bytes_per_second = out->node_d2h_bytes_per_second = 0;
 	for (int k = 0; k < out->ngpus; k++) {
-		double share = gpus_sharing_bridge(nodes[k], nodes, out->ngpus);
-		out->node_h2d_bytes_per_second += link_rate(STARPU_MAIN_RAM, nodes[k]) / share;
-		out->node_d2h_bytes_per_second += link_rate(nodes[k], STARPU_MAIN_RAM) / share;
+		out->node_h2d_bytes_per_second += h2d[k];
+		out->node_d2h_bytes_per_second += d2h[k];
 	}
 }
 
@@ -218,9 +232,7 @@ int _dos_measure_costs(struct starpu_task *update, double params, unsigned sched
 		out->d2h_bytes_per_second = link_rate(node, STARPU_MAIN_RAM);
 		double lat = starpu_transfer_latency(STARPU_MAIN_RAM, node);
 		out->link_latency_seconds = isfinite(lat) && lat > 0 ? lat * 1e-6 : 0;
-		double total = (double)starpu_memory_get_total(node);
-		double safety = fmin(total * GPU_SAFETY_FRACTION, GPU_SAFETY_MAX_BYTES);
-		out->gpu_budget_bytes = fmax(0.0, total - safety - reserved_gpu_bytes);
+		out->gpu_budget_bytes = _dos_gpu_budget_bytes(node, reserved_gpu_bytes);
 	}
 	measure_node_links(sched_ctx, out);
 	return 0;

@@ -21,9 +21,23 @@ double _dos_host_contention(void);
 /* The aggregate CPU Adam rate (params/s) recorded for this host, or 0 if none. */
 double _dos_host_cpu_rate(void);
 
-/* The first worker of `sched_ctx` of `type`, or -1; how many there are. Combined workers
- * (groups of CPU workers for parallel tasks) are not counted. */
+/* The basic workers of `sched_ctx` of `type` (combined workers, groups of CPU workers for
+ * parallel tasks, are not counted), in the context's order: the first `max` of them in
+ * ids[]; returns how many there are. The first one (-1: none); how many. */
+int _dos_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type, int *ids, int max);
 int _dos_first_worker_of_type(unsigned sched_ctx, enum starpu_worker_archtype type);
 int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type);
+
+/* The memory nodes of the context's GPUs, each once (several workers may drive one GPU),
+ * in the order of their first workers; returns how many, at most `max`. */
+int _dos_context_gpu_nodes(unsigned sched_ctx, unsigned *nodes, int max);
+
+/* Each of the `ngpus` GPUs' link rate each way (bytes/s) while all of them transfer at
+ * once: a GPU behind a PCIe switch or host bridge that k GPUs share gets 1/k of it. */
+void _dos_gpu_link_shares(const unsigned *nodes, int ngpus, double *h2d, double *d2h);
+
+/* GPU memory node `node`'s room for optimizer state: its capacity less a safety margin
+ * and `reserved_gpu_bytes` (the application's forecast, homed inputs, reserves). */
+double _dos_gpu_budget_bytes(unsigned node, double reserved_gpu_bytes);
 
 #endif /* DOS_RATES_H */

@@ -153,9 +153,10 @@ static int can_run(int w, struct starpu_task *task, int only_type, unsigned *imp
  * candidate has no prediction for (no model: 0, no samples yet: NAN) is placed instead
  * as StarPU's own policies place it: by queue length relative to the worker's speed,
  * among the workers still without samples if there are any, since StarPU learns the
- * times of a kind of worker only from tasks that run on one. */
-int _dos_queues_choose(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
-		       double *predicted_us)
+ * times of a kind of worker only from tasks that run on one. Only workers whose memory
+ * node is `only_node` (-1: any) are candidates. */
+static int choose(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
+		  int only_node, double *predicted_us)
 {
 	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
 	struct starpu_sched_ctx_iterator it;
@@ -167,7 +168,9 @@ int _dos_queues_choose(const struct dos_worker_queues *q, struct starpu_task *ta
 	while (workers->has_next(workers, &it)) {
 		int w = (int)workers->get_next(workers, &it);
 		unsigned impl;
-		if (!can_run(w, task, only_type, &impl))
+		if (!can_run(w, task, only_type, &impl) ||
+		    (only_node >= 0 && (starpu_worker_is_combined_worker(w) ||
+					starpu_worker_get_memory_node((unsigned)w) != (unsigned)only_node)))
 			continue;
 		double len = starpu_task_worker_expected_length(task, (unsigned)w, sched_ctx, impl);
 		double load = (tasks_ahead(q, w) + 1) /
@@ -195,6 +198,18 @@ int _dos_queues_choose(const struct dos_worker_queues *q, struct starpu_task *ta
 	}
 	*predicted_us = unknown ? by_length_len : best_len;
 	return unknown ? by_length : best;
+}
+
+int _dos_queues_choose(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
+		       double *predicted_us)
+{
+	return choose(q, task, sched_ctx, only_type, -1, predicted_us);
+}
+
+int _dos_queues_choose_on_node(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx,
+			       unsigned node, double *predicted_us)
+{
+	return choose(q, task, sched_ctx, -1, (int)node, predicted_us);
 }
 
 /* ---- pushing --------------------------------------------------------------------------- */

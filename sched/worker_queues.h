@@ -34,6 +34,10 @@ void _dos_queues_destroy(struct dos_worker_queues *q);
 int _dos_queues_choose(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
 		       double *predicted_us);
 
+/* The same among the basic workers whose memory node is `node` (the workers of one GPU). */
+int _dos_queues_choose_on_node(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx,
+			       unsigned node, double *predicted_us);
+
 /* Queues `task` for `worker` (basic, or combined: then an alias for each of its workers),
  * prefetching its inputs there when `prefetch`, and wakes the worker(s). The task must
  * not be touched afterwards: a worker may already run it. */

@@ -5,9 +5,9 @@
 # it; with a GPU memory limit no policy's peak exceeds it; after the final flush every
 # subgroup's state is valid on the host; in whole simulated training iterations dos is no
 # slower than dmda; a model that declares less GPU memory than it uses is planned around
-# once its use is measured; the 4-GPU node runs with its four GPUs, under a bound that
-# counts them. Writes a test-suite-style summary (# PASS / # FAIL lines) to the file
-# named by $2.
+# once its use is measured; on the 4-GPU node dos uses every GPU within its limit, near
+# the bound that counts them all. Writes a test-suite-style summary (# PASS / # FAIL
+# lines) to the file named by $2.
 #
 # Usage: tests/sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE
 set -uo pipefail
@@ -61,23 +61,44 @@ run_case() {
 
 python3 "$top"/tools/gen-machine.py --check >/dev/null
 check "sched/machines matches tools/gen-machine.py" $?
-# Several GPUs in one process (issue 17): the 4-GPU node loads with its 4 CUDA workers,
-# dos-bench reports each GPU, and the bound that counts every GPU stays below the time
-# dos reaches. (dos plans GPU 0 only so far: no claim on its time yet.)
-out=$home/x4.txt
-(
-	eval "$("$top"/tools/sim-env.sh h100-pcie5-x4 "$home/x4")"
-	timeout 300 "$bench" optimizer --params 4e8 --subgroup 1e7 --steps 1 --policies dos >"$out" 2>&1
-)
-check "h100-pcie5-x4: dos-bench ran" $?
-grep -q '^# dos: 1 CPU worker, 4 CUDA workers' "$out"
-check "h100-pcie5-x4: StarPU runs 4 CUDA workers" $?
-grep -q '^# dos: per step, updates on CPU .*, CUDA 3 ' "$out"
-check "h100-pcie5-x4: dos-bench reports updates and traffic per GPU" $?
-x4_bound=$(sed -n 's/^# bound: \([0-9.]*\) ms per step/\1/p' "$out")
-x4_dos=$(awk '$1 == "dos" {print $2}' "$out")
-awk -v b="$x4_bound" -v d="$x4_dos" 'BEGIN {exit !(b > 0 && d > 0 && b <= d)}'
-check "h100-pcie5-x4: bound ${x4_bound} ms <= dos ${x4_dos} ms" $?
+# Several GPUs in one process (issue 17): on the 4-GPU node (4e8 params in 1e7 subgroups)
+# dos plans every GPU: each one updates subgroups, no GPU exceeds its limit, and dos comes
+# near the bound that counts every GPU. With the whole GPUs it reaches 1.058x the bound
+# (the plan of GPU 0 alone, before: 1.634x), held to the issue's 1.10x; with 1024 MiB
+# per GPU 1.250x (before: 3.216x, slower than lws), held to 1.35x and to beating lws,
+# which spreads updates over the GPUs without a plan.
+x4_case() { # MEM_MIB MAX_TO_BOUND
+	local mem=$1 max=$2 out=$home/x4-$1.txt label="h100-pcie5-x4 (gpu-mem-mib $1)"
+	(
+		eval "$("$top"/tools/sim-env.sh h100-pcie5-x4 "$home/x4-$mem")"
+		timeout 300 "$bench" optimizer --params 4e8 --subgroup 1e7 --steps 2 --gpu-mem-mib "$mem" \
+			--policies dos,lws >"$out" 2>&1
+	)
+	check "$label: dos-bench ran" $?
+	grep -E '^(dos|lws) |^# dos: per step' "$out"
+	grep -q '^# dos: 1 CPU worker, 4 CUDA workers' "$out"
+	check "$label: StarPU runs 4 CUDA workers" $?
+	local k used=0
+	for k in 0 1 2 3; do
+		grep -qE "^# dos: per step, updates .*CUDA $k [1-9]" "$out" && used=$((used + 1))
+	done
+	[[ $used == 4 ]]
+	check "$label: dos updates subgroups on each of the 4 GPUs ($used)" $?
+	local to_bound dos lws
+	to_bound=$(awk '$1 == "dos" {print $6}' "$out")
+	dos=$(awk '$1 == "dos" {print $2}' "$out")
+	lws=$(awk '$1 == "lws" {print $2}' "$out")
+	awk -v r="$to_bound" -v max="$max" 'BEGIN {exit !(r != "" && r >= 1 && r <= max)}'
+	check "$label: dos at ${to_bound}x the bound (at least 1, at most ${max}x)" $?
+	awk -v d="$dos" -v l="$lws" 'BEGIN {exit !(d != "" && l != "" && d < l)}'
+	check "$label: dos ${dos} ms < lws ${lws} ms" $?
+	if [[ $mem != 0 ]]; then
+		awk -v lim="$mem" '$1 ~ /^(dos|lws)$/ && ($10 == "-" || $10 > lim) {bad = 1} END {exit bad}' "$out"
+		check "$label: peak GPU memory within the limit" $?
+	fi
+}
+x4_case 0 1.10
+x4_case 1024 1.35
 # The bound splits the parameters continuously; with 20 subgroups each CPU update is a
 # tenth of the step, so where the optimum falls between whole subgroups no placement
 # reaches it. On h100-pcie5 the same model over whole subgroups is 1.088x the bound with

@@ -205,7 +205,7 @@ expect_refusal "policy = 'nosuch'" --preset tiny --policy nosuch
 expect_refusal "subgroup_size = 100000000" --preset tiny --subgroup-size 100000000
 expect_refusal "precision = 'fp8'" --precision fp8
 expect_refusal "hidden = 32 is not a multiple of heads = 3" --preset tiny --heads 3
-expect_refusal "/nonexistent/corpus" --preset tiny --data /nonexistent/corpus
+expect_refusal "$work/missing/corpus" --preset tiny --data "$work/missing/corpus"
 expect_refusal "lr = -0.001" --preset tiny --lr -0.001
 expect_refusal "beta2 = 1" --preset tiny --beta2 1
 expect_refusal "eps = 0" --preset tiny --eps 0

@@ -35,13 +35,14 @@ $1"
 }
 
 # ---- 1. outputs -------------------------------------------------------------------------
-refused "--plot '/nonexistent/x.svg'" "the folder /nonexistent" -- --plot /nonexistent/x.svg
+# (a folder of the test's own, which nothing else can create meanwhile: we may run as root)
+refused "--plot '$work/missing/x.svg'" "the folder $work/missing" -- --plot "$work/missing/x.svg"
 refused "--plot '$work'" "ending in .svg" -- --plot "$work"
 mkdir "$work/dir.svg"
 refused "--plot '$work/dir.svg'" "is a folder" -- --plot "$work/dir.svg"
 refused "--plot ''" "empty" -- --plot ""
 refused "--plot '$work/x.png'" "the picture is SVG" -- --plot "$work/x.png"
-refused "--dump '/nonexistent/x'" "the folder /nonexistent" -- --dump /nonexistent/x
+refused "--dump '$work/missing/x'" "the folder $work/missing" -- --dump "$work/missing/x"
 refused "--dump '$work'" "is a folder" -- --dump "$work"
 : >"$work/file"
 if $train --preset tiny --steps 1 --quiet --trace "$work/t" >"$work/log" 2>&1 || ! grep -q 'without FxT' "$work/log"; then
