@@ -259,6 +259,7 @@ static void submit(struct dos_model *m, enum _dos_task_phase phase, struct starp
 	task->cl_arg_size = sizeof *copy;
 	task->cl_arg_free = 1;
 	task->sched_ctx = m->sched_ctx;
+	task->priority = m->priority;
 	/* so that traces, timelines and dos-train's accounting tell evaluation from training */
 	if (m->evaluating)
 		task->name = "dos_eval";

@@ -50,6 +50,9 @@ struct dos_model {
 	/* within _dos_model_submit_eval: its tasks are in the evaluation phase, and named
 	 * "dos_eval" in traces */
 	int evaluating;
+	/* the StarPU priority of the tasks being submitted: 0, except that train.c ranks a
+	 * step's micro-batches, the earlier above the later */
+	int priority;
 	_dos_task_hook hook; /* optional: every task, before its submission (phase.h) */
 	void *hook_arg;
 };

@@ -3,6 +3,7 @@
  * k+1 has been submitted, so the host never idles the workers, except where loss scaling
  * or clipping needs the gradient statistics. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -399,8 +400,22 @@ static int submit_microbatches(struct run *r, struct pending_step *p, uint64_t k
 		starpu_data_handle_t ids, targets, loss;
 		int err = _dos_corpus_next_batch(&r->corpus, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx, &ids,
 						 &targets);
-		if (err || (err = _dos_model_submit_microbatch(model, ids, targets, grad_scale,
-							       g > (chain ? 0 : r->first_mb), &loss)))
+		/* A later micro-batch's forward (and recomputation) reads only the weights:
+		 * nothing in the data orders it after an earlier one's backward, and unranked a GPU
+		 * runs every ready forward first and holds the activations of all of them, which
+		 * with many micro-batches exceed its memory (StarPU then evicts and refetches them
+		 * all step). Ranked, the earlier micro-batch's ready tasks go first. It orders
+		 * only tasks ready together: while the weight refresh of a step lets the forwards
+		 * through tensor by tensor, later micro-batches still advance beside the first.
+		 * The last micro-batch keeps priority 0, as the optimizer's tasks, so that one
+		 * micro-batch per step runs as before. */
+		uint32_t from_end = r->first_mb + cfg->accumulation - 1 - g;
+		model->priority = from_end > INT_MAX ? INT_MAX : (int)from_end;
+		err = err ? err
+			  : _dos_model_submit_microbatch(model, ids, targets, grad_scale, g > (chain ? 0 : r->first_mb),
+							 &loss);
+		model->priority = 0;
+		if (err)
 			return err;
 		deliver_loss(loss, reporter, &p->loss[g], DOS_DP_LOSS, loss_tag);
 	}

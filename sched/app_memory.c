@@ -8,7 +8,12 @@
  * first use reads came from before, so it is live from the start of the iteration
  * (weights read by forward); data homed on the GPU occupies it throughout. Data that
  * stays registered while its value is dead (a buffer reused each step) is not counted
- * then: StarPU may evict it, and its next writer allocates it again. The
+ * then: StarPU may evict it, and its next writer allocates it again. A key is a handle's
+ * address, which a handle registered after another's unregistration may take (the
+ * activations of the next micro-batch): a task that only writes a key therefore starts a
+ * new value, and the key's previous value ended at its last use. Otherwise, with gradient
+ * accumulation, every such key would count as live from the first micro-batch to the
+ * last, and the sum of them exceed the GPU many times over. The
  * forecast is the peak over time of the sum of those intervals, over the whole
  * iteration (what resident optimizer state must fit beside) and within the update
  * window (what state staged only for the updates must fit beside).
@@ -37,6 +42,7 @@ void _dos_app_memory_init(struct dos_app_memory *am)
 void _dos_app_memory_free(struct dos_app_memory *am)
 {
 	free(am->entries);
+	free(am->ended);
 	memset(am, 0, sizeof *am);
 }
 
@@ -95,6 +101,22 @@ void _dos_app_memory_exclude(struct dos_app_memory *am, const void *key)
 		am->incomplete = 1;
 }
 
+/* The value e held ended at its last use: kept for the peaks of this iteration. Returns
+ * -1 when out of memory. */
+static int end_value(struct dos_app_memory *am, const struct dos_app_entry *e)
+{
+	if (am->nended == am->ended_capacity) {
+		unsigned long capacity = am->ended_capacity ? 2 * am->ended_capacity : INITIAL_CAPACITY;
+		struct dos_app_value *grown = realloc(am->ended, capacity * sizeof *grown);
+		if (!grown)
+			return -1;
+		am->ended = grown;
+		am->ended_capacity = capacity;
+	}
+	am->ended[am->nended++] = (struct dos_app_value){e->carried_in ? am->begin : e->first, e->last, e->bytes};
+	return 0;
+}
+
 void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double bytes, int always_there, int reads,
 			 double start, double end)
 {
@@ -114,6 +136,14 @@ void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double byte
 		e->first = e->update_wrote ? fmin(start, e->update_wrote_at) : start;
 		e->last = end;
 		e->update_wrote = 0;
+	} else if (!reads && !e->always_there) { /* a new value: the previous one is dead */
+		if (end_value(am, e)) {
+			am->incomplete = 1;
+			return;
+		}
+		e->carried_in = 0;
+		e->first = start;
+		e->last = end;
 	} else {
 		e->first = fmin(e->first, start);
 		e->last = fmax(e->last, end);
@@ -171,10 +201,14 @@ static int by_time_starts_first(const void *a, const void *b)
 static int peaks(const struct dos_app_memory *am, double begin, double end, double window_end, double *whole,
 		 double *window)
 {
-	struct event *ev = malloc(2 * (am->count ? am->count : 1) * sizeof *ev);
+	struct event *ev = malloc(2 * (am->count + am->nended + 1) * sizeof *ev);
 	if (!ev)
 		return -1;
 	size_t n = 0;
+	for (unsigned long i = 0; i < am->nended; i++) {
+		ev[n++] = (struct event){am->ended[i].from, am->ended[i].bytes};
+		ev[n++] = (struct event){am->ended[i].to, -am->ended[i].bytes};
+	}
 	for (unsigned long i = 0; i < am->capacity; i++) {
 		const struct dos_app_entry *e = &am->entries[i];
 		if (!e->key || !e->seen || e->excluded)
@@ -225,6 +259,7 @@ void _dos_app_memory_plan(struct dos_app_memory *am, double now)
 		(void)rebuild(am, am->capacity, 1); /* when out of memory, the old table serves */
 	for (unsigned long i = 0; i < am->capacity; i++)
 		am->entries[i].seen = am->entries[i].update_wrote = 0;
+	am->nended = 0;
 	am->incomplete = 0;
 	am->started = 1;
 	am->begin = now;

@@ -28,9 +28,16 @@ struct dos_app_entry {
 	double update_wrote_at;
 };
 
+/* A value of some key that ended in the current iteration: a later task wrote the key anew. */
+struct dos_app_value {
+	double from, to, bytes;
+};
+
 struct dos_app_memory {
 	struct dos_app_entry *entries; /* open addressing, capacity a power of two */
 	unsigned long capacity, count;
+	struct dos_app_value *ended; /* this iteration's values that a new one replaced */
+	unsigned long nended, ended_capacity;
 	int incomplete; /* out of memory while recording: this iteration teaches nothing */
 	int started;    /* an iteration is being recorded */
 	int plans;      /* calls of _dos_app_memory_plan */
@@ -45,7 +52,8 @@ void _dos_app_memory_free(struct dos_app_memory *am);
 void _dos_app_memory_exclude(struct dos_app_memory *am, const void *key);
 
 /* A GPU task of the application ran from `start` to `end` and used `key` (`bytes`; homed
- * on the GPU when `always_there`; `reads` when it read the value, not only wrote it).
+ * on the GPU when `always_there`; `reads` when it read the value, not only wrote it: a
+ * task that only writes a key used before in the iteration starts a new value of it).
  * Call once per buffer, in the order the tasks ran; _dos_app_memory_task once per task.
  * Before the first iteration starts nothing is recorded. */
 void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double bytes, int always_there, int reads,

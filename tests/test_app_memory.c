@@ -5,7 +5,9 @@
  * optimizer's own data never counted; the peak over the iteration and within the update
  * window; the first window (start to first plan) flagged as such; data unused in an
  * iteration forgotten; the optimizer's gradient and 16-bit weight copies from the task
- * that makes them on the GPU to the update or refresh that last uses them. */
+ * that makes them on the GPU to the update or refresh that last uses them; a key written
+ * again (a handle's address taken by the next micro-batch's activation) holding two values,
+ * each live from its writer to its last reader, not one from the first to the last. */
 #include "app_memory.h"
 #include "test_util.h"
 
@@ -91,6 +93,21 @@ int main(void)
 	task(&am, 38, 39, &w16, 10, 0, 1);
 	_dos_app_memory_plan(&am, 40.0);
 	CHECK(am.last.iteration_peak_bytes == 70, "optimizer copies: peak %g, expected 70 (gradient + activation)",
+	      am.last.iteration_peak_bytes);
+
+	/* Two micro-batches whose activations take the same keys: act holds the first one's
+	 * value [41, 43], then the second's [45, 47]; act2 lives [43.5, 44.5] in between and
+	 * weight, read first, [40, 48]. Peak: 100 + 50, never act2 beside act (which a single
+	 * span [41, 47] of act would add: 180). */
+	task(&am, 41, 42, &act, 50, 0, 0);
+	task(&am, 42, 43, &act, 50, 0, 1);
+	task(&am, 43.5, 44, &act2, 30, 0, 0);
+	task(&am, 44, 44.5, &act2, 30, 0, 1);
+	task(&am, 45, 46, &act, 50, 0, 0);
+	task(&am, 46, 47, &act, 50, 0, 1);
+	task(&am, 47, 48, &weight, 100, 0, 1);
+	_dos_app_memory_plan(&am, 50.0);
+	CHECK(am.last.iteration_peak_bytes == 150, "a key written twice: peak %g, expected 150 (weight + act)",
 	      am.last.iteration_peak_bytes);
 	_dos_app_memory_free(&am);
 	printf("app memory forecast: peaks, windows and exclusions as worked out by hand\n");
