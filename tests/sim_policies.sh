@@ -6,7 +6,8 @@
 # subgroup's state is valid on the host; in whole simulated training iterations dos is no
 # slower than dmda; a model that declares less GPU memory than it uses is planned around
 # once its use is measured; on the 4-GPU node dos uses every GPU within its limit, near
-# the bound that counts them all. Writes a test-suite-style summary (# PASS / # FAIL
+# the bound that counts them all, and a training iteration there takes at most 1.5x one
+# GPU's. Writes a test-suite-style summary (# PASS / # FAIL
 # lines) to the file named by $2.
 #
 # Usage: tests/sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE
