@@ -33,8 +33,8 @@
  * DOS_RESIDENT_RATIO share, default 0.5, kept on the GPU). Everything else is shared, so
  * they differ only in the placement rule. Every GPU of the context is planned for: the
  * rule places the step on the GPUs pooled into one (the bound's view of a node), then
- * assign_gpus gives each GPU-placed update a GPU (its state's, the one with the most
- * room, the least busy); each GPU has its own budget, forecast, windows and queue. */
+ * assign_gpus gives each GPU-placed update a GPU (its state's, the next of a run of
+ * neighbours, the least busy); each GPU has its own budget, forecast, windows and queue. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -885,7 +885,15 @@ static int roomiest_gpu(const struct policy *p)
  * 0 for CPU updates). Three passes, O(G) per update:
  *  1. state resident on a GPU stays there, while that GPU's budget holds it: nothing
  *     crosses a link for it;
- *  2. state that becomes resident goes to the GPU with the most room left;
+ *  2. state that becomes resident goes, in plan order, to the GPU of the one before it
+ *     while that GPU has room and its run is shorter than its share (the newcomers
+ *     divided evenly over the GPUs), else to the GPU with the most room left. Plan
+ *     order is the order the updates were submitted, the parameters' order in
+ *     dos-train, and neighbouring subgroups share tensors and layers: interleaved over
+ *     the GPUs, every task that reads across a subgroup boundary (the gradient gather,
+ *     the weight refresh) would copy a whole subgroup's buffer from GPU to GPU, and
+ *     forward and backward, which follow the weights, would change GPU at every
+ *     subgroup;
  *  3. staged state goes to the GPU that finishes its share soonest: the longest of the
  *     time its link takes each way (at its share of a switch or bridge that it shares
  *     with other GPUs: rates.c) and of its update time, for what it was given so far.
@@ -922,15 +930,27 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 		else
 			place[i] = DOS_PLACE_GPU_TRANSIENT;
 	}
+	int newcomers = 0, placed = 0, runs = 0, run_gpu = -1;
+	for (int i = 0; i < n; i++)
+		newcomers +=
+			(place[i] == DOS_PLACE_GPU_RESIDENT && where[i] < 0) || place[i] == DOS_PLACE_CPU_THEN_RESIDENT;
 	for (int i = 0; i < n; i++) { /* 2 */
 		if (!(place[i] == DOS_PLACE_GPU_RESIDENT && where[i] < 0) && place[i] != DOS_PLACE_CPU_THEN_RESIDENT)
 			continue;
-		int k = roomiest_gpu(p);
-		struct gpu_plan *g = &p->gpu[k];
 		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+		/* the r-th run ends after r / G of the newcomers: runs differ by one at most */
+		int k = run_gpu >= 0 && placed < runs * newcomers / p->ngpus &&
+					(p->gpu[run_gpu].resident_bytes + state <= p->gpu[run_gpu].budget_bytes ||
+					 !demote)
+				? run_gpu
+				: roomiest_gpu(p);
+		struct gpu_plan *g = &p->gpu[k];
 		if (g->resident_bytes + state <= g->budget_bytes || !demote) {
 			g->resident_bytes += state;
 			gpu_of[i] = (unsigned char)k;
+			runs += k != run_gpu;
+			run_gpu = k;
+			placed++;
 		} else {
 			place[i] = place[i] == DOS_PLACE_GPU_RESIDENT ? DOS_PLACE_GPU_TRANSIENT : DOS_PLACE_CPU;
 		}
