@@ -59,8 +59,8 @@ struct dos_train_config {
 	/* optional: every task before submission */
 	_dos_task_hook hook;
 	void *hook_arg;
-	/* optional: called before the last step is submitted, once every earlier task has
-	 * ended (dos-train starts its timeline of the last iteration there) */
+	/* optional: called before the last step is submitted, while the earlier steps may
+	 * still run (dos-train starts its timeline there) */
 	void (*before_last_step)(void *arg);
 	void *before_last_step_arg;
 };

@@ -165,6 +165,20 @@ out=$home/tiny.txt
 timeout 120 "${bench%/dos-bench}/dos-train" --simulate h200 --preset tiny --steps 3 --quiet >"$out" 2>&1
 check "h200: dos-train --simulate --preset tiny (a 672-param last subgroup) completes" $?
 
+# --plot only observes: the simulated run (its plans, what each learned, its time) is the
+# same with it and without. Its recorder once drained the pipeline before the last step,
+# which then started on an idle machine and taught the dos forecast another iteration.
+for plot in no yes; do
+	plot_args=()
+	[[ $plot == yes ]] && plot_args=(--plot "$home/plot.svg")
+	DOS_SCHED_VERBOSE=2 timeout 120 "${bench%/dos-bench}/dos-train" --simulate h100-pcie5 --preset tiny --steps 3 \
+		--quiet "${plot_args[@]}" >"$home/plot-$plot.txt" 2>&1
+	check "h100-pcie5 tiny, --plot $plot: dos-train completes" $?
+	grep -E 'plan of step|^summary: .* tokens/s' "$home/plot-$plot.txt" >"$home/plot-$plot.run"
+done
+[[ -s $home/plot-no.run ]] && cmp -s "$home/plot-no.run" "$home/plot-yes.run" && [[ -s $home/plot.svg ]]
+check "h100-pcie5 tiny: the same plans and simulated time with --plot and without" $?
+
 # Less GPU memory than the plan would like (STARPU_LIMIT_CUDA_MEM): with 8000 MiB the
 # model (7.8 GB declared, 8.5 GB measured at its peak with the gradient copies) leaves no
 # room for optimizer state, so every update runs on the CPU, the run completes, and dos

@@ -222,6 +222,9 @@ struct accounting {
 	double *backward_end, *gradient_ready;
 	uint64_t steps;
 	struct dos_timeline *timeline;
+	/* the last step's submission began: its tasks are drawn (set and read on the
+	 * submitting thread) */
+	int last_step_submitted;
 };
 
 static void intervals_add(struct intervals *iv, double start, double end)
@@ -351,9 +354,9 @@ static void watch_task(void *arg, struct starpu_task *task, enum _dos_task_phase
 		task->callback_func = account_task;
 		task->callback_arg = w;
 	}
-	/* the picture is of the training iteration: the held-out evaluation after it is not
-	 * drawn */
-	if (acc->timeline && phase != DOS_TASK_EVALUATION)
+	/* the picture is of the last training step: not the tasks of the steps before it,
+	 * which may still run beside it, nor the held-out evaluation after it */
+	if (acc->timeline && acc->last_step_submitted && phase != DOS_TASK_EVALUATION)
 		dos_timeline_watch(acc->timeline, task, phase);
 }
 
@@ -361,6 +364,7 @@ static void start_timeline(void *arg)
 {
 	struct accounting *acc = arg;
 	dos_timeline_reset(acc->timeline);
+	acc->last_step_submitted = 1;
 }
 
 /* ---- progress ---------------------------------------------------------------------- */
