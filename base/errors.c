@@ -55,20 +55,15 @@ void _dos_warn(const char *fmt, ...)
 void _dos_hold_errors(struct dos_error_hold *hold)
 {
 	snprintf(hold->saved, sizeof hold->saved, "%s", last_error);
+	hold->saved_message_at = message_at;
 	hold->outer = held;
 	held = 1;
-}
-
-const char *_dos_held_error(const struct dos_error_hold *hold)
-{
-	(void)hold;
-	return last_error + message_at;
 }
 
 void _dos_release_errors(struct dos_error_hold *hold)
 {
 	snprintf(last_error, sizeof last_error, "%s", hold->saved);
-	message_at = 0;
+	message_at = hold->saved_message_at;
 	held = hold->outer;
 }
 

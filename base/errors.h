@@ -12,20 +12,20 @@ int _dos_fail(int code, const char *function, const char *fmt, ...) __attribute_
 
 #define DOS_FAIL(code, ...) _dos_fail((code), __func__, __VA_ARGS__)
 
-/* The last error's message without the function's name, to be told again in other words. */
+/* The last error's message without the function's name: to be told again in other words,
+ * or given as the reason of a finding (below). */
 const char *_dos_last_error_message(void);
 
 /* Failures that are findings of the caller rather than errors (a damaged file skipped in
  * favour of an older one): between _dos_hold_errors and _dos_release_errors, failures
- * are recorded but not printed, _dos_held_error gives the latest message without the
- * function's name, and the release restores the last error from before the hold. Holds
- * nest (per thread). */
+ * are recorded but not printed (_dos_last_error_message reads them), and the release
+ * restores the last error from before the hold. Holds nest (per thread). */
 struct dos_error_hold {
 	char saved[1024];
-	int outer; /* a hold was already on */
+	size_t saved_message_at; /* where its message follows the function's name */
+	int outer;               /* a hold was already on */
 };
 void _dos_hold_errors(struct dos_error_hold *hold);
-const char *_dos_held_error(const struct dos_error_hold *hold);
 void _dos_release_errors(struct dos_error_hold *hold);
 
 /* Records why StarPU's initialisation (starpu_init, starpu_mpi_init_conf: `call`) failed

@@ -1494,7 +1494,7 @@ static int file_identity(const char *dir, const char *name, struct _dos_run_id *
 	}
 	close_reader(&r);
 	if (err) {
-		snprintf(why, why_size, "%s", _dos_held_error(&hold));
+		snprintf(why, why_size, "%s", _dos_last_error_message());
 		shorten_reason(why, path);
 	}
 	_dos_release_errors(&hold);
@@ -1606,7 +1606,7 @@ int _dos_checkpoint_newest_valid(const char *dir, const struct _dos_checkpoint_s
 		_dos_hold_errors(&hold);
 		int bad = verify_on_its_own(candidate);
 		char why[512];
-		snprintf(why, sizeof why, "%s", _dos_held_error(&hold));
+		snprintf(why, sizeof why, "%s", _dos_last_error_message());
 		_dos_release_errors(&hold);
 		shorten_reason(why, candidate);
 		if (!bad) {
@@ -1848,7 +1848,7 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(
 			_dos_hold_errors(&hold);
 			bad = load(load_arg, candidate);
 			if (bad) {
-				snprintf(why, sizeof why, "%s", _dos_held_error(&hold));
+				snprintf(why, sizeof why, "%s", _dos_last_error_message());
 				shorten_reason(why, candidate);
 			}
 			_dos_release_errors(&hold);
