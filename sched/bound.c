@@ -105,7 +105,7 @@ static double bound_on(const struct dos_machine_costs *m, const struct dos_plan_
 	}
 	if (total <= 0)
 		return 0.0;
-	if (!isfinite(m->gpu_seconds_per_param) || dos_staging_room_bytes(m, 0.0) <= 0)
+	if (!isfinite(m->gpu_seconds_per_param) || fmax(m->gpu_budget_bytes, dos_staging_room_bytes(m, 0.0)) <= 0)
 		return best_for_resident(m, total, 0.0, 0);
 	/* Either the whole budget holds resident state, or two staging slots of the biggest
 	 * subgroup stay free for state in transit (as the planner keeps them; during the
@@ -137,5 +137,6 @@ double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_pl
 	pool.d2h_bytes_per_second = m->node_d2h_bytes_per_second;
 	pool.gpu_budget_bytes = m->gpu_budget_bytes * g;
 	pool.gpu_update_extra_bytes = m->gpu_update_extra_bytes * g;
+	pool.staging_margin_bytes = m->staging_margin_bytes * g;
 	return bound_on(&pool, sg, n, 2 * m->ngpus, resident_params);
 }

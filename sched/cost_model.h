@@ -34,6 +34,11 @@ struct dos_machine_costs {
 	 * (learned: its peak over the iteration minus its peak in the window): for state
 	 * staged for its update and written back within the window */
 	double gpu_update_extra_bytes;
+	/* kept free on top of the budget while state is staged: staging allocates and frees
+	 * buffers every step, which StarPU serves from its cache of freed buffers and by
+	 * writing back or evicting, so it needs headroom that state allocated once and kept
+	 * resident does not */
+	double staging_margin_bytes;
 	/* The rest of the iteration, as the plan sees it. The GPU's application work queued
 	 * ahead of the updates (the end of backward): the GPU is not free before it ends. */
 	double gpu_busy_ahead_seconds;
@@ -52,7 +57,8 @@ struct dos_machine_costs {
 /* GPU memory left for staging state beside `resident_bytes` of resident state. */
 static inline double dos_staging_room_bytes(const struct dos_machine_costs *m, double resident_bytes)
 {
-	return m->gpu_budget_bytes + (m->gpu_update_extra_bytes > 0 ? m->gpu_update_extra_bytes : 0.0) - resident_bytes;
+	return m->gpu_budget_bytes + (m->gpu_update_extra_bytes > 0 ? m->gpu_update_extra_bytes : 0.0) -
+	       m->staging_margin_bytes - resident_bytes;
 }
 
 /* GPU bytes per parameter of a subgroup while it is updated on the GPU: its state plus

@@ -838,6 +838,7 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 	pool->h2d_bytes_per_second = m->node_h2d_bytes_per_second;
 	pool->d2h_bytes_per_second = m->node_d2h_bytes_per_second;
 	pool->gpu_update_extra_bytes = 0;
+	pool->staging_margin_bytes = m->staging_margin_bytes * g; /* each GPU that stages keeps its own */
 	pool->gpu_busy_ahead_seconds = pool->promote_bytes = 0;
 	/* Staged state needs room on the GPU that updates it, which a sum of budgets does not
 	 * show: the pool holds what each GPU holds beside one staging slot of its own, plus

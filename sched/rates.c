@@ -21,11 +21,20 @@
 #define DEFAULT_CPU_SECONDS_PER_PARAM (28.0 / 3e9)
 #define DEFAULT_GPU_SECONDS_PER_PARAM (28.0 / 1e12)
 #define DEFAULT_LINK_BYTES_PER_SECOND 12e9
-/* Headroom kept free on the GPU beyond the forecast, for StarPU's own allocations and
- * its cache of freed buffers: a share of small GPUs, capped on big ones (on an 80 GB GPU
- * 8% would keep four 1e8-param subgroups of state off it for nothing). */
-#define GPU_SAFETY_FRACTION 0.08
-#define GPU_SAFETY_MAX_BYTES (1024.0 * 1048576.0)
+/* Headroom kept free, beyond the forecast, of the GPU memory StarPU manages (by default
+ * 90 % of the GPU: StarPU leaves the rest to the CUDA context and libraries, unless
+ * STARPU_LIMIT_CUDA_MEM says otherwise), a share of small GPUs capped on big ones.
+ * Always a little, for StarPU's own small allocations: state allocated once and kept
+ * resident needs no more, and every subgroup of state kept off a GPU that would hold it
+ * costs a CPU update per step. More while state is staged, for the buffers staging
+ * allocates and frees every step (StarPU's cache of freed buffers, its write-back and
+ * evictions to make room): planned closer, a nearly full GPU stalls the staged updates.
+ * What StarPU evicts of resident state raises both (dos_policy.c,
+ * learn_from_evictions). */
+#define GPU_SAFETY_FRACTION 0.01
+#define GPU_SAFETY_MAX_BYTES (256.0 * 1048576.0)
+#define GPU_STAGING_SAFETY_FRACTION 0.08
+#define GPU_STAGING_SAFETY_MAX_BYTES (1024.0 * 1048576.0)
 
 int _dos_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype type, int *ids, int max)
 {
@@ -177,11 +186,21 @@ void _dos_gpu_link_shares(const unsigned *nodes, int ngpus, double *h2d, double 
 	}
 }
 
+static double safety_bytes(unsigned node, double fraction, double max_bytes)
+{
+	return fmin((double)starpu_memory_get_total(node) * fraction, max_bytes);
+}
+
 double _dos_gpu_budget_bytes(unsigned node, double reserved_gpu_bytes)
 {
 	double total = (double)starpu_memory_get_total(node);
-	double safety = fmin(total * GPU_SAFETY_FRACTION, GPU_SAFETY_MAX_BYTES);
-	return fmax(0.0, total - safety - reserved_gpu_bytes);
+	return fmax(0.0, total - safety_bytes(node, GPU_SAFETY_FRACTION, GPU_SAFETY_MAX_BYTES) - reserved_gpu_bytes);
+}
+
+double _dos_gpu_staging_margin_bytes(unsigned node)
+{
+	return fmax(0.0, safety_bytes(node, GPU_STAGING_SAFETY_FRACTION, GPU_STAGING_SAFETY_MAX_BYTES) -
+				 safety_bytes(node, GPU_SAFETY_FRACTION, GPU_SAFETY_MAX_BYTES));
 }
 
 /* The node's GPUs and their links all together (cost_model.h: for the bound). */
@@ -233,6 +252,7 @@ int _dos_measure_costs(struct starpu_task *update, double params, unsigned sched
 		double lat = starpu_transfer_latency(STARPU_MAIN_RAM, node);
 		out->link_latency_seconds = isfinite(lat) && lat > 0 ? lat * 1e-6 : 0;
 		out->gpu_budget_bytes = _dos_gpu_budget_bytes(node, reserved_gpu_bytes);
+		out->staging_margin_bytes = _dos_gpu_staging_margin_bytes(node);
 	}
 	measure_node_links(sched_ctx, out);
 	return 0;

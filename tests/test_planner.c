@@ -191,6 +191,24 @@ int main(void)
 		CHECK(busy <= _dos_plan_predict(&m, sg, N, base), "busy GPU: plan slower than all-CPU");
 		CHECK(gpu_count(busy_gpu) == 0 || busy > 0.5, "busy GPU: GPU updates end before the GPU frees");
 	}
+	/* The staging margin (kept free only while state is staged) bounds staging, not
+	 * residency: in the worked example (two staging slots, 22 of 50 updates staged), with
+	 * all the room in the margin, nothing is staged, and state still becomes resident. */
+	{
+		struct dos_machine_costs m = h100_rank(slots_only);
+		m.staging_margin_bytes = slots_only;
+		struct dos_plan_subgroup sg[N];
+		enum dos_placement place[N];
+		subgroups(sg, 0);
+		_dos_plan_step(&m, sg, N, place);
+		int staged = 0, kept = 0;
+		for (int i = 0; i < N; i++) {
+			staged += place[i] == DOS_PLACE_GPU_TRANSIENT;
+			kept += place[i] == DOS_PLACE_GPU_RESIDENT || place[i] == DOS_PLACE_CPU_THEN_RESIDENT;
+		}
+		CHECK(staged == 0 && kept > 0, "staging margin: %d staged, %d resident", staged, kept);
+		check_memory(&m, sg, place, "staging margin");
+	}
 	/* No GPU memory at all, or no GPU: everything on the CPU. */
 	{
 		struct dos_machine_costs m = h100_rank(0);
