@@ -52,6 +52,9 @@ struct dos_machine_costs {
 	 * or host bridge sharing its bandwidth. ngpus <= 1: that GPU alone, node rates unused. */
 	int ngpus;
 	double node_h2d_bytes_per_second, node_d2h_bytes_per_second;
+	/* The GPUs that the one above pools for the placement rule (dos_policy.c,
+	 * step_costs); 0 or 1: it is one GPU. */
+	int pooled_gpus;
 };
 
 /* GPU memory left for staging state beside `resident_bytes` of resident state. */

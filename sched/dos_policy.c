@@ -834,6 +834,7 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 		return;
 	double g = p->ngpus;
 	pool->ngpus = 1; /* to the placement rule, one GPU */
+	pool->pooled_gpus = p->ngpus;
 	pool->gpu_seconds_per_param = m->gpu_seconds_per_param / g;
 	pool->h2d_bytes_per_second = m->node_h2d_bytes_per_second;
 	pool->d2h_bytes_per_second = m->node_d2h_bytes_per_second;

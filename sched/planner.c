@@ -201,14 +201,18 @@ double _dos_plan_predict(const struct dos_machine_costs *m, const struct dos_pla
 /* One plan in which resident state may occupy at most `resident_cap` bytes, and new
  * resident state is taken on, whatever it costs in this step, until `resident_goal`
  * params are resident: residency pays in every later step, which an earliest-finish rule
- * looking at this step alone would never see. */
+ * looking at this step alone would never see. New resident state leaves room for two
+ * staging slots; with `spend_slot_reserve`, nothing is staged and one subgroup per plan
+ * may take that room. */
 static double plan_with_resident_cap(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
-				     double resident_cap, double resident_goal, enum dos_placement *out)
+				     double resident_cap, double resident_goal, int spend_slot_reserve,
+				     enum dos_placement *out)
 {
 	struct timeline t;
 	if (timeline_init(&t, m))
 		return NAN;
 	double biggest = max_params(sg, n), promoted = 0;
+	int spent = 0;
 	/* Pass 1: state already on the GPU stays there while the cap holds it. */
 	for (int i = 0; i < n; i++) {
 		out[i] = DOS_PLACE_CPU;
@@ -236,7 +240,9 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 		enum dos_placement choice = DOS_PLACE_CPU;
 		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 		int slots_after = transient_slots(m, t.resident_bytes + state, biggest);
-		if (t.resident_bytes + state <= resident_cap && slots_after >= (t.nslots < 2 ? t.nslots : 2)) {
+		int keeps_slots = slots_after >= (t.nslots < 2 ? t.nslots : 2);
+		int spends = !keeps_slots && spend_slot_reserve && !spent;
+		if (t.resident_bytes + state <= resident_cap && (keeps_slots || spends)) {
 			struct outcome o = simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_GPU_RESIDENT);
 			int short_of_goal =
 				t.resident_bytes / DOS_STATE_BYTES_PER_PARAM + sg[i].params <= resident_goal;
@@ -254,7 +260,7 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 				}
 			}
 		}
-		if (t.nslots > 0) {
+		if (t.nslots > 0 && !spend_slot_reserve) {
 			struct outcome o = simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_GPU_TRANSIENT);
 			if (o.feasible && o.finish < best.finish)
 				best = o, choice = DOS_PLACE_GPU_TRANSIENT;
@@ -263,8 +269,10 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 		out[i] = choice;
 		if (choice == DOS_PLACE_CPU_THEN_RESIDENT)
 			promoted += state;
-		if (choice == DOS_PLACE_GPU_RESIDENT || choice == DOS_PLACE_CPU_THEN_RESIDENT)
+		if (choice == DOS_PLACE_GPU_RESIDENT || choice == DOS_PLACE_CPU_THEN_RESIDENT) {
 			t.nslots = transient_slots(m, t.resident_bytes, biggest);
+			spent |= spends && !sg[i].resident_now;
+		}
 	}
 	free(t.cpu_free);
 	return t.makespan;
@@ -290,17 +298,26 @@ double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_s
 	/* Candidates: the resident share of the bound's optimum rounded down or up to whole
 	 * subgroups, each with the whole budget open to residency or with two staging slots
 	 * kept free (keeping every resident subgroup can leave no room to stage others). The
-	 * candidate with the best steady state wins; this step's time is what it returns. */
+	 * candidate with the best steady state wins; this step's time is what it returns.
+	 * Residency never takes the last two slots' room, except in a third kind of candidate
+	 * that stages nothing: where the updates left over are better on the CPU than staged
+	 * (a GPU that holds nearly all the state), that room is worth resident subgroups. It
+	 * spends it on one more subgroup per step, so that the first steps do not pay all
+	 * the transfers at once, and only while the step stays faster than with the GPU left
+	 * out (on a slow link it does not). Not on pooled GPUs, where each GPU keeps a slot
+	 * of its own beside its resident state (dos_policy.c, step_costs), which the pool's
+	 * budget cannot show. */
 	double goal, biggest = max_params(sg, n);
 	struct dos_machine_costs one_gpu = *m; /* this plan places on one GPU */
 	one_gpu.ngpus = 1;
 	_dos_bound_seconds(&one_gpu, sg, n, &goal);
 	double slots = 2 * biggest * dos_staging_bytes_per_param(m);
 	double goals[2] = {goal, goal + biggest};
-	double caps[2] = {m->gpu_budget_bytes, fmin(m->gpu_budget_bytes, dos_staging_room_bytes(m, slots))};
+	double caps[3] = {m->gpu_budget_bytes, fmin(m->gpu_budget_bytes, dos_staging_room_bytes(m, slots)),
+			  m->gpu_budget_bytes};
 	enum dos_placement *cand = malloc((size_t)n * sizeof *cand), *steady_place = malloc((size_t)n * sizeof *cand);
 	struct dos_plan_subgroup *scratch = malloc((size_t)n * sizeof *scratch);
-	double best_now = plan_with_resident_cap(m, sg, n, caps[0], goals[0], out);
+	double best_now = plan_with_resident_cap(m, sg, n, caps[0], goals[0], 0, out);
 	if (!cand || !steady_place || !scratch || !isfinite(best_now)) {
 		free(cand);
 		free(steady_place);
@@ -308,11 +325,16 @@ double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_s
 		return best_now;
 	}
 	double best_steady = steady_state_seconds(m, sg, n, out, scratch, steady_place);
+	_dos_plan_all_cpu(n, cand);
+	double all_cpu = _dos_plan_predict(m, sg, n, cand);
 	for (int g = 0; g < 2; g++)
-		for (int c = 0; c < 2; c++) {
-			if ((g == 0 && c == 0) || caps[c] <= 0)
+		for (int c = 0; c < 3; c++) {
+			int spend_reserve = c == 2;
+			if ((g == 0 && c == 0) || caps[c] <= 0 || (spend_reserve && m->pooled_gpus > 1))
 				continue;
-			double now = plan_with_resident_cap(m, sg, n, caps[c], goals[g], cand);
+			double now = plan_with_resident_cap(m, sg, n, caps[c], goals[g], spend_reserve, cand);
+			if (spend_reserve && !(now <= all_cpu))
+				continue;
 			double steady = steady_state_seconds(m, sg, n, cand, scratch, steady_place);
 			if (steady < best_steady || (steady == best_steady && now < best_now)) {
 				memcpy(out, cand, (size_t)n * sizeof *cand);

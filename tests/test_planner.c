@@ -191,6 +191,36 @@ int main(void)
 		CHECK(busy <= _dos_plan_predict(&m, sg, N, base), "busy GPU: plan slower than all-CPU");
 		CHECK(gpu_count(busy_gpu) == 0 || busy > 0.5, "busy GPU: GPU updates end before the GPU frees");
 	}
+	/* Residency in the room of the last two staging slots, where little is left to stage
+	 * (on a 12 GB/s link, 0.1 s a subgroup each way): with 46 subgroups resident and
+	 * room for two more, but not beside a two-slot reserve, the plan takes one more a
+	 * step while the link has time for its state beside the step's own work (never both
+	 * at once), and the steps get no slower. */
+	{
+		struct dos_machine_costs m = h100_rank(0);
+		m.h2d_bytes_per_second = m.d2h_bytes_per_second = 12e9;
+		double state = SUBGROUP * DOS_STATE_BYTES_PER_PARAM, slot = SUBGROUP * dos_staging_bytes_per_param(&m);
+		m.gpu_budget_bytes = 46 * state + 2 * slot + 0.1e9;
+		struct dos_plan_subgroup sg[N];
+		enum dos_placement place[N], base[N];
+		double before = INFINITY;
+		for (int resident = 46; resident <= 48; resident++) {
+			subgroups(sg, resident);
+			double planned = _dos_plan_step(&m, sg, N, place);
+			int kept = 0;
+			for (int i = 0; i < N; i++)
+				kept += place[i] == DOS_PLACE_GPU_RESIDENT || place[i] == DOS_PLACE_CPU_THEN_RESIDENT;
+			printf("slot reserve, %d resident: plan keeps %d, %.3f s\n", resident, kept, planned);
+			CHECK(kept == (resident < 48 ? resident + 1 : 48),
+			      "slot reserve: %d subgroups resident, the plan keeps %d", resident, kept);
+			_dos_plan_resident(N, resident / (double)N, base);
+			CHECK(planned <= before && planned <= _dos_plan_predict(&m, sg, N, base) + 1e-9,
+			      "slot reserve: %.4f s with %d resident, slower than the step before or than keeping them",
+			      planned, resident);
+			check_memory(&m, sg, place, "slot reserve");
+			before = planned;
+		}
+	}
 	/* The staging margin (kept free only while state is staged) bounds staging, not
 	 * residency: in the worked example (two staging slots, 22 of 50 updates staged), with
 	 * all the room in the margin, nothing is staged, and state still becomes resident. */
