@@ -31,7 +31,7 @@
  * evictions to make room): planned closer, a nearly full GPU stalls the staged updates.
  * What StarPU evicts of resident state raises both (dos_policy.c,
  * learn_from_evictions). */
-#define GPU_SAFETY_FRACTION 0.01
+#define GPU_SAFETY_FRACTION 0.005
 #define GPU_SAFETY_MAX_BYTES (256.0 * 1048576.0)
 #define GPU_STAGING_SAFETY_FRACTION 0.08
 #define GPU_STAGING_SAFETY_MAX_BYTES (1024.0 * 1048576.0)

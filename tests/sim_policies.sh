@@ -181,7 +181,7 @@ check "h100-pcie5 tiny: the same plans and simulated time with --plot and withou
 
 # Less GPU memory than the plan would like (STARPU_LIMIT_CUDA_MEM): with 7600 MiB the
 # model (7.8 GB declared) leaves no room for optimizer state, not even the small last
-# subgroup's 0.16 GB (with 8000 MiB it fits beside the 1 % safety margin that resident
+# subgroup's 0.16 GB (with 8000 MiB it fits beside the 0.5 % safety margin that resident
 # state keeps), so every update runs on the CPU, the run completes, and dos says so once;
 # with 6 GB even the model's weights and activations do not fit and StarPU evicts its
 # data, but the run still completes (no deadlock).
