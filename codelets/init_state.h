@@ -15,13 +15,30 @@
 
 #include "numerics.h"
 
+/* splitmix64's constants: the increment of its state, and its two multipliers. */
 #define DOS_SPLITMIX64_GAMMA 0x9E3779B97F4A7C15ull
+#define DOS_SPLITMIX64_MUL1 0xBF58476D1CE4E5B9ull
+#define DOS_SPLITMIX64_MUL2 0x94D049BB133111EBull
+
+/* On the GPU the 64-bit constants come from constant memory, through a volatile read the
+ * compiler cannot fold into an instruction's immediate: GPGPU-Sim's PTX parser (the CUDA
+ * lane, tests/gpusim_lane.sh) reads integer immediates into 32 bits, which would
+ * simulate other numbers than a GPU computes. On a GPU the read is one cached load. */
+#ifdef __CUDACC__
+static __constant__ uint64_t dos_splitmix64_constants[3] = {DOS_SPLITMIX64_GAMMA, DOS_SPLITMIX64_MUL1,
+							    DOS_SPLITMIX64_MUL2};
+#endif
+#ifdef __CUDA_ARCH__
+#define DOS_SPLITMIX64_K(i, literal) (*(const volatile uint64_t *)&dos_splitmix64_constants[i])
+#else
+#define DOS_SPLITMIX64_K(i, literal) (literal)
+#endif
 
 /* splitmix64's output for the state value z it has just advanced to. */
 DOS_HD uint64_t dos_splitmix64_mix(uint64_t z)
 {
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	z = (z ^ (z >> 30)) * DOS_SPLITMIX64_K(1, DOS_SPLITMIX64_MUL1);
+	z = (z ^ (z >> 27)) * DOS_SPLITMIX64_K(2, DOS_SPLITMIX64_MUL2);
 	return z ^ (z >> 31);
 }
 
@@ -87,7 +104,7 @@ DOS_HD int dos_init_locate(const struct dos_init_layout *l, uint64_t i, uint64_t
 /* The value of the draw k (from 0) of a generator seeded with `seed`. */
 DOS_HD float dos_init_draw(const struct dos_init_layout *l, uint64_t k)
 {
-	uint64_t bits = dos_splitmix64_mix(l->seed + (k + 1) * DOS_SPLITMIX64_GAMMA);
+	uint64_t bits = dos_splitmix64_mix(l->seed + (k + 1) * DOS_SPLITMIX64_K(0, DOS_SPLITMIX64_GAMMA));
 	/* exact: a 24-bit integer scaled by a power of two, and 2u - 1 with u of 24 bits; the
 	 * product is the one rounding */
 	float u = (float)(bits >> 40) * 0x1.0p-24f;
