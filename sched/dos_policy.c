@@ -766,8 +766,17 @@ static void learn_from_evictions(struct policy *p, const struct step_tasks *s, c
 			if (p->last_place[i] == DOS_PLACE_GPU_RESIDENT && !sg[i].resident_now)
 				evicted += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 	p->stats.evicted_state_bytes += evicted;
+	/* what the forecast grew by since that plan (a measure replacing a declaration) was
+	 * foreseen now: evictions it explains are no shortfall (state a fresh run created on
+	 * the GPU beyond what the application then turned out to need) */
+	double grown = 0;
+	for (int k = 0; k < p->ngpus && p->stats.plans > 0; k++) {
+		double extra;
+		int learned;
+		grown = fmax(grown, app_memory_forecast(p, k, &extra, &learned) - p->stats.app_forecast_bytes);
+	}
 	if (!p->forecast_declared_only)
-		p->eviction_margin_bytes = fmax(p->eviction_margin_bytes, evicted);
+		p->eviction_margin_bytes = fmax(p->eviction_margin_bytes, evicted - grown);
 }
 
 /* The cost model of step s's plan (plan lock held): the machine as StarPU measures it
