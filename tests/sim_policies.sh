@@ -211,7 +211,8 @@ check "model declares nothing: learned forecast ${learned} s/step < 0.9 x declar
 budget_of() { sed -n 's/.*plan of step 3 .*GPU budget \([0-9.]*\) GB.*/\1/p' "$1"; }
 measured=$(sed -n 's/.*plan of step 3 .*forecast [0-9.]* GB (learned; measured \([0-9.]*\) GB).*/\1/p' \
 	"$home/undeclared-learned.txt")
+# (the policy prints 3 significant digits: 13.6 GB may be 13.65, hence the 0.06)
 awk -v l="$(budget_of "$home/undeclared-learned.txt")" -v d="$(budget_of "$home/undeclared-declared.txt")" \
-	-v m="$measured" 'BEGIN {exit !(l != "" && d != "" && m > 0 && l <= d - m + 0.01)}'
+	-v m="$measured" 'BEGIN {exit !(l != "" && d != "" && m > 0 && l <= d - m + 0.06)}'
 check "model declares nothing: step 3 is planned with the learned forecast (${measured} GB), leaving the model that room" $?
 end_checks sim-policies "$summary"
