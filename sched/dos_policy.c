@@ -34,7 +34,9 @@
  * they differ only in the placement rule. Every GPU of the context is planned for: the
  * rule places the step on the GPUs pooled into one (the bound's view of a node), then
  * assign_gpus gives each GPU-placed update a GPU (its state's, the next of a run of
- * neighbours, the least busy); each GPU has its own budget, forecast, windows and queue. */
+ * neighbours, the least busy), and prefer_residency_only replaces that plan by filling
+ * every GPU with resident state where that is faster GPU by GPU; each GPU has its own
+ * budget, forecast, windows and queue. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
