@@ -711,22 +711,25 @@ static struct fetch_window *window_of(struct policy *p, enum dos_placement place
 						 : &p->on_cpu; /* DOS_PLACE_CPU, DOS_PLACE_CPU_THEN_RESIDENT */
 }
 
-/* GPU memory that gradients and 16-bit weights homed on GPU memory node `node` occupy for
- * good (as in training): not the plan's to use. */
-static double gpu_homed_inputs_bytes(const struct step_tasks *s, int node)
+/* GPU memory that gradients and 16-bit weights homed on each planned GPU occupy for good
+ * (as in training): not the plan's to use; into bytes[k] for GPU k. One pass over the
+ * step's handles, each asked its home once: StarPU's queries, not the GPUs, set the
+ * cost of a plan. */
+static void gpu_homed_inputs_bytes(const struct policy *p, const struct step_tasks *s, double *bytes)
 {
-	double bytes = 0;
+	for (int k = 0; k < p->ngpus; k++)
+		bytes[k] = 0;
 	for (int i = 0; i < s->n; i++) {
 		struct _dos_update_view u;
 		if (_dos_update_view(s->tasks[i], &u))
 			continue;
 		for (int r = DOS_ADAM_BUF_GRAD; r < u.step_data_end; r++) {
 			starpu_data_handle_t h = _dos_update_handle(s->tasks[i], &u, r);
-			if (home_is_gpu(h) && starpu_data_get_home_node(h) == node)
-				bytes += (double)starpu_data_get_size(h);
+			int k = home_is_gpu(h) ? gpu_index_of_node(p, (unsigned)starpu_data_get_home_node(h)) : -1;
+			if (k >= 0)
+				bytes[k] += (double)starpu_data_get_size(h);
 		}
 	}
-	return bytes;
 }
 
 /* The application's memory on GPU k over the coming iteration (plan lock held), and in
@@ -800,7 +803,8 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 	for (int k = 0; k < p->ngpus; k++)
 		_dos_app_memory_plan(&p->gpu[k].app_memory, now);
 	learn_from_evictions(p, s, sg);
-	double reserve[MAX_GPUS] = {0}, extra[MAX_GPUS] = {0};
+	double reserve[MAX_GPUS] = {0}, extra[MAX_GPUS] = {0}, homed[MAX_GPUS];
+	gpu_homed_inputs_bytes(p, s, homed);
 	p->stats.app_forecast_bytes = 0;
 	p->stats.app_forecast_learned = 0;
 	for (int k = 0; k < p->ngpus; k++) {
@@ -810,8 +814,7 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 			p->stats.app_forecast_bytes = app;
 			p->stats.app_forecast_learned = learned;
 		}
-		reserve[k] = app + p->eviction_margin_bytes + p->declared_reserve_bytes +
-			     gpu_homed_inputs_bytes(s, p->gpu[k].node);
+		reserve[k] = app + p->eviction_margin_bytes + p->declared_reserve_bytes + homed[k];
 		p->gpu[k].budget_bytes = _dos_gpu_budget_bytes((unsigned)p->gpu[k].node, reserve[k]);
 		p->gpu[k].update_extra_bytes = extra[k];
 	}
