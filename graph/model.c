@@ -214,6 +214,8 @@ void _dos_model_destroy(struct dos_model *m)
 		starpu_data_unregister(m->weight[t]);
 		starpu_data_unregister(m->grad[t]);
 	}
+	if (m->previous_backward)
+		starpu_data_unregister(m->previous_backward);
 	_dos_host_free(m->weights, m->nparams * dos_dtype_size(m->dtype), m->weights_pinned);
 	free(m->numel);
 	free(m->weight);
@@ -301,6 +303,30 @@ static void release(starpu_data_handle_t *h)
 	}
 }
 
+/* Runs nothing (StarPU skips it once its data accesses allow it): it reads `after` and
+ * writes `before`, so the next task to write `before` starts only once `after`'s last
+ * writer has ended. StarPU orders the accesses of each handle as they were submitted, so
+ * this orders a task after one submitted earlier without keeping that task, which a task
+ * dependency would need (and which races with its termination in StarPU 1.4.10). */
+static struct starpu_codelet order_codelet = {
+	.where = STARPU_NOWHERE,
+	.nbuffers = 2,
+	.modes = {STARPU_R, STARPU_W},
+	.name = "dos_order",
+};
+
+static void order_after(struct dos_model *m, starpu_data_handle_t after, starpu_data_handle_t before)
+{
+	struct starpu_task *task = starpu_task_create();
+	STARPU_ASSERT_MSG(task, "out of memory submitting dos_order");
+	task->cl = &order_codelet;
+	task->sched_ctx = m->sched_ctx;
+	task->handles[0] = after;
+	task->handles[1] = before;
+	int err = starpu_task_submit(task);
+	STARPU_ASSERT_MSG(err == 0, "submitting dos_order failed (%d)", err);
+}
+
 static enum starpu_data_access_mode out_mode(int accumulate)
 {
 	return accumulate ? STARPU_RW : STARPU_W;
@@ -372,14 +398,17 @@ static starpu_data_handle_t layer_param(struct dos_model *m, starpu_data_handle_
 }
 
 /* Layer l's forward from x; returns x_out unless `recompute` (backward needs only the
- * activations, not the layer's output). */
+ * activations, not the layer's output). A recomputation starts once the writer of
+ * `after` (NULL: none) has ended. */
 static starpu_data_handle_t layer_forward(struct dos_model *m, uint32_t l, starpu_data_handle_t x,
-					  struct layer_activations *act, int recompute)
+					  struct layer_activations *act, int recompute, starpu_data_handle_t after)
 {
 	const struct dos_model_shape *s = &m->shape;
 	uint32_t n = m->batch * s->seq_len, d = s->hidden, F = s->ffn;
 	act->h1 = activation(m, (uint64_t)n * d);
 	act->rstd1 = row_stats(n);
+	if (after)
+		order_after(m, after, act->h1);
 	rmsnorm_fwd(m, x, layer_param(m, m->weight, l, DOS_T_LN1), act->h1, act->rstd1, n);
 	act->qkv = activation(m, (uint64_t)n * 3 * d);
 	linear_fwd(m, act->h1, layer_param(m, m->weight, l, DOS_T_QKV), NULL, act->qkv, n, d, 3 * d);
@@ -406,9 +435,10 @@ static starpu_data_handle_t layer_forward(struct dos_model *m, uint32_t l, starp
 	return x_out;
 }
 
-/* Layer l's backward: dx holds d(x_out) and becomes d(x_in). */
+/* Layer l's backward: dx holds d(x_out) and becomes d(x_in). *started is what its first
+ * task writes, left registered for the caller to order later tasks after that task. */
 static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t x, struct layer_activations *act,
-			   starpu_data_handle_t dx, int accumulate)
+			   starpu_data_handle_t dx, int accumulate, starpu_data_handle_t *started)
 {
 	const struct dos_model_shape *s = &m->shape;
 	uint32_t n = m->batch * s->seq_len, d = s->hidden, F = s->ffn;
@@ -419,7 +449,7 @@ static void layer_backward(struct dos_model *m, uint32_t l, starpu_data_handle_t
 	struct _dos_model_args ga = {.n = n * F};
 	struct buffer gb[] = {{act->u, STARPU_R}, {da, STARPU_R}, {du, STARPU_W}};
 	submit(m, DOS_TASK_BACKWARD, &_dos_gelu_bwd_codelet, &ga, gb, 3);
-	release(&da);
+	*started = da;
 	starpu_data_handle_t dh = activation(m, (uint64_t)n * d);
 	linear_bwd(m, du, layer_param(m, m->weight, l, DOS_T_FC1), act->h2, dh, 0,
 		   layer_param(m, m->grad, l, DOS_T_FC1), accumulate, n, d, F);
@@ -456,6 +486,15 @@ static void forward_loss(struct dos_model *m, starpu_data_handle_t ids, starpu_d
 	uint32_t n = m->batch * s->seq_len, d = s->hidden, V = s->vocab, L = s->layers;
 	uint32_t lnf = DOS_T_LAYER0 + DOS_T_PER_LAYER * L, head = lnf + 1;
 	x[0] = activation(m, (uint64_t)n * d);
+	/* A training forward starts once the previous micro-batch's backward has: it reads
+	 * only the weights, so nothing else keeps a worker from running the forwards of all
+	 * of a step's micro-batches first and holding all their activations at once. After
+	 * the backward's first task, not a later one: those write weight gradients, which on
+	 * the ranks after the first of a chain wait for another rank. */
+	if (!eval && m->previous_backward) {
+		order_after(m, m->previous_backward, x[0]);
+		release(&m->previous_backward);
+	}
 	struct _dos_model_args ea = {.n = n, .T = s->seq_len, .d = d, .V = V};
 	struct buffer eb[] = {{ids, STARPU_R},
 			      {m->weight[DOS_T_TOK_EMB], STARPU_R},
@@ -465,7 +504,7 @@ static void forward_loss(struct dos_model *m, starpu_data_handle_t ids, starpu_d
 	if (eval)
 		release(&ids);
 	for (uint32_t l = 0; l < L; l++) {
-		x[l + 1] = layer_forward(m, l, x[l], &acts[l], 0);
+		x[l + 1] = layer_forward(m, l, x[l], &acts[l], 0, NULL);
 		if (m->checkpoint_activations || eval)
 			release_layer(&acts[l]);
 		if (eval)
@@ -544,17 +583,27 @@ int _dos_model_submit_microbatch(struct dos_model *m, starpu_data_handle_t ids, 
 	linear_bwd(m, dlogits, m->weight[head], hf, dhf, 0, m->grad[head], accumulate, n, d, V);
 	release(&dlogits);
 	rmsnorm_bwd(m, x[L], m->weight[lnf], rstdf, dhf, dx, 0, m->grad[lnf], accumulate, n);
-	release(&dhf);
 	release(&hf);
 	release(&rstdf);
 	release(&x[L]);
+	/* the head's backward has started once dhf is written: the next micro-batch's forward
+	 * starts after it (forward_loss) */
+	m->previous_backward = dhf;
+	/* A layer's recomputation reads only its saved input and the weights, so all of them
+	 * would be ready, and run, at the start of backward, the recomputed activations of
+	 * every layer live at once: each starts once the backward of the layer above (the
+	 * head's, for the last layer) has started. */
+	starpu_data_handle_t above_started = dhf;
 	for (uint32_t l = L; l-- > 0;) {
 		if (m->checkpoint_activations)
-			layer_forward(m, l, x[l], &acts[l], 1);
-		layer_backward(m, l, x[l], &acts[l], dx, accumulate);
+			layer_forward(m, l, x[l], &acts[l], 1, above_started);
+		if (above_started != dhf)
+			release(&above_started);
+		layer_backward(m, l, x[l], &acts[l], dx, accumulate, &above_started);
 		release_layer(&acts[l]);
 		release(&x[l]);
 	}
+	release(&above_started);
 	struct _dos_model_args ea = {.n = n, .T = s->seq_len, .d = d, .V = V, .accumulate = accumulate};
 	struct buffer bb[] = {{ids, STARPU_R},
 			      {dx, STARPU_R},

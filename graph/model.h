@@ -53,6 +53,10 @@ struct dos_model {
 	/* the StarPU priority of the tasks being submitted: 0, except that train.c ranks a
 	 * step's micro-batches, the earlier above the later */
 	int priority;
+	/* the head's activation gradient of the training micro-batch submitted last, kept
+	 * registered until the next one's forward is ordered after its writer (model.c;
+	 * NULL: none) */
+	starpu_data_handle_t previous_backward;
 	_dos_task_hook hook; /* optional: every task, before its submission (phase.h) */
 	void *hook_arg;
 };

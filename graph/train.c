@@ -400,15 +400,12 @@ static int submit_microbatches(struct run *r, struct pending_step *p, uint64_t k
 		starpu_data_handle_t ids, targets, loss;
 		int err = _dos_corpus_next_batch(&r->corpus, cfg->micro_batch, cfg->shape.seq_len, cfg->sched_ctx, &ids,
 						 &targets);
-		/* A later micro-batch's forward (and recomputation) reads only the weights:
-		 * nothing in the data orders it after an earlier one's backward, and unranked a GPU
-		 * runs every ready forward first and holds the activations of all of them, which
-		 * with many micro-batches exceed its memory (StarPU then evicts and refetches them
-		 * all step). Ranked, the earlier micro-batch's ready tasks go first. It orders
-		 * only tasks ready together: while the weight refresh of a step lets the forwards
-		 * through tensor by tensor, later micro-batches still advance beside the first.
-		 * The last micro-batch keeps priority 0, as the optimizer's tasks, so that one
-		 * micro-batch per step runs as before. */
+		/* A micro-batch's forward starts once the previous one's backward has (model.c);
+		 * ranked above the next, a micro-batch's backward then keeps the worker while both
+		 * have tasks ready, and the next forward only fills its gaps, so that at most two
+		 * micro-batches' activations are live (what declare_gpu_memory declares). The last
+		 * micro-batch keeps priority 0, as the optimizer's tasks, so that one micro-batch
+		 * per step runs as before. */
 		uint32_t from_end = r->first_mb + cfg->accumulation - 1 - g;
 		model->priority = from_end > INT_MAX ? INT_MAX : (int)from_end;
 		err = err ? err

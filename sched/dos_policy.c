@@ -163,7 +163,7 @@ struct policy {
 	int warned_window; /* the step-window warning is printed once */
 	struct handle_set foreign_seen;
 	uint64_t foreign_step;               /* step number given to foreign updates */
-	struct fetch_window on_cpu;          /* to host memory: GPU-homed gradients, one per CPU worker ahead */
+	struct fetch_window on_cpu;          /* to host memory: GPU-homed gradients, as soon as final */
 	uint32_t generation;                 /* of the current plan (and windows) */
 	struct deferred_prefetches deferred; /* decided under the plan lock, issued after */
 	int said_no_gpu_room;                /* the no-GPU-room warning is printed once */
@@ -1235,7 +1235,11 @@ static int start_transfers(struct policy *p, struct step_tasks *s, const struct 
 		window_advance(p, &g->staged, 0);
 		window_advance(p, &g->resident, 0);
 	}
-	p->on_cpu.ahead = m->ncpu_workers + 1;
+	/* A CPU update's GPU-homed gradient goes to host memory as soon as it is final (its
+	 * update ready), not a few ahead of the CPU workers: host memory has room for all of
+	 * them, and fetched late the CPU updates waited for them at the end of the step, a
+	 * wait the plan's cost model does not count. */
+	p->on_cpu.ahead = s->n;
 	window_advance(p, &p->on_cpu, 0);
 	return ngpu;
 }
