@@ -9,6 +9,14 @@ extern struct starpu_codelet _dos_adam_codelet;
 extern struct starpu_codelet _dos_cast_codelet;
 extern struct starpu_codelet _dos_grad_stats_codelet;
 extern struct starpu_codelet _dos_grad_scale_codelet;
+extern struct starpu_codelet _dos_init_state_codelet;
+
+/* A task that creates a subgroup's optimizer state (init_state.h): master (the initial
+ * values of parameters [begin, begin + its length)), m and v (zero), all fp32 vectors of
+ * one length, written only. Errors: -EINVAL naming the bad argument, -ENOMEM. */
+struct dos_init_layout;
+int _dos_init_state_task_create(starpu_data_handle_t master, starpu_data_handle_t m, starpu_data_handle_t v,
+				const struct dos_init_layout *layout, uint64_t begin, struct starpu_task **task_out);
 
 /* The buffers of a dos_adam task, in this order. The optimizer state (master weights, m
  * and v: fp32, read and written) is what a policy keeps on the GPU or stages there; the

@@ -7,15 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "init_state.h"
 #include "phase.h"
 
-/* splitmix64: the generator of docs/model.md, for weights and batches alike. */
+/* splitmix64: the generator of docs/model.md, for weights and batches alike (its mixing
+ * function in init_state.h, which also computes any weight's draw directly). */
 static inline uint64_t _dos_splitmix64(uint64_t *state)
 {
-	uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
+	return dos_splitmix64_mix(*state += DOS_SPLITMIX64_GAMMA);
 }
 
 #define DOS_DATA_SEED_MIX 0xD1B54A32D192ED03ull

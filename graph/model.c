@@ -89,7 +89,7 @@ void _dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, flo
 	uint32_t ntensors = DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers + 2;
 	uint64_t numel[ntensors];
 	_dos_model_param_count(s, numel);
-	const float amplitude = (float)(0.02 * sqrt(3.0)); /* uniform with std 0.02 */
+	const float amplitude = dos_init_amplitude();
 	uint64_t rng = seed;
 	for (uint32_t t = 0; t < ntensors; t++) {
 		for (uint64_t i = 0; i < numel[t]; i++) {
@@ -101,6 +101,17 @@ void _dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, flo
 			*flat++ = (2.0f * u - 1.0f) * amplitude;
 		}
 	}
+}
+
+struct dos_init_layout _dos_model_init_layout(const struct dos_model_shape *s, uint64_t seed)
+{
+	return (struct dos_init_layout){.seed = seed,
+					.vocab = s->vocab,
+					.seq_len = s->seq_len,
+					.hidden = s->hidden,
+					.ffn = s->ffn,
+					.layers = s->layers,
+					.amplitude = dos_init_amplitude()};
 }
 
 /* The initial working weights: docs/model.md's values, in 16 bits rounded once from a

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "dos.h"
+#include "init_state.h"
 #include "phase.h"
 
 struct dos_model_shape {
@@ -72,6 +73,8 @@ int _dos_model_shape_check(const struct dos_model_shape *shape);
 uint64_t _dos_model_param_count(const struct dos_model_shape *shape, uint64_t *numel);
 /* The initial weights of docs/model.md (bit-exact with the PyTorch reference). */
 void _dos_model_init_weights(const struct dos_model_shape *shape, uint64_t seed, float *flat);
+/* The same values, one parameter at a time (init_state.h): what they depend on. */
+struct dos_init_layout _dos_model_init_layout(const struct dos_model_shape *shape, uint64_t seed);
 
 /* After starpu_init: allocates and registers the parameters, initialised from `seed` (in
  * 16 bits: those values rounded to nearest even, as the optimizer's weight refresh rounds

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "codelets.h"
 #include "dos_policy.h"
 #include "codelet_util.h"
 #include "errors.h"
@@ -190,15 +191,28 @@ static void register_handles(struct _dos_optimizer *opt)
 					      sizeof *opt->nonfinite);
 }
 
-int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
-			  const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
-			  const float *initial)
+/* Submits the tasks that create this rank's state (one per subgroup, in subgroup order:
+ * init_state.h), on a fresh optimizer whose state arrays hold nothing yet. The tasks only
+ * write, so wherever the scheduler runs one, the state is made there and nothing crosses
+ * the link; the host copy is valid again only when someone reads it there. */
+static void submit_state_init(struct _dos_optimizer *opt, const struct dos_init_layout *layout)
+{
+	for (uint32_t s = opt->own_first; s < opt->own_end; s++) {
+		struct starpu_task *task;
+		int err = _dos_init_state_task_create(opt->master_h[s], opt->m_h[s], opt->v_h[s], layout,
+						      opt->map.subgroup_start[s], &task);
+		STARPU_ASSERT_MSG(err == 0, "creating subgroup %u's state: %d", s, err);
+		submit_task(opt, task, DOS_TASK_STATE_INIT, s);
+	}
+}
+
+/* _dos_optimizer_create's work, the state from `initial` (copied on the host) or, when it
+ * is NULL, from `layout` (by tasks). */
+static int create(struct _dos_optimizer **out, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
+		  const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
+		  const float *initial, const struct dos_init_layout *layout)
 {
 	int err;
-	if (!out || !cfg || !numel || !weights || !grads || !initial)
-		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, cfg %p, numel %p, weights %p, grads %p, initial %p)",
-				(void *)out, (const void *)cfg, (const void *)numel, (void *)weights, (void *)grads,
-				(const void *)initial);
 	if (ntensors == 0)
 		return DOS_FAIL(-EINVAL, "ntensors = 0: the optimizer needs at least one tensor");
 	/* an unknown tensor dtype has size 0: _dos_optimizer_config_check names it below */
@@ -258,7 +272,7 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 	if (!(opt->nonfinite = calloc(2 * (size_t)N, sizeof *opt->nonfinite)) ||
 	    !(opt->nonfinite_h = calloc(2 * (size_t)N, sizeof *opt->nonfinite_h)))
 		goto no_memory;
-	if (DOS_VALUES_ARE_REAL && L) {
+	if (initial && DOS_VALUES_ARE_REAL && L) {
 		memcpy(opt->master, initial + opt->state_begin, L * sizeof(float));
 		memset(opt->m, 0, L * sizeof(float));
 		memset(opt->v, 0, L * sizeof(float));
@@ -268,6 +282,8 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 	 * forward there) */
 	opt->copies_on_gpu = starpu_cuda_worker_get_count() > 0;
 	register_handles(opt);
+	if (!initial)
+		submit_state_init(opt, layout);
 	if (_dos_dp_size(&cfg->dp) > 1 && cfg->dp.exchange == DOS_DP_SCATTER) {
 		struct _dos_scatter_context sc = {.map = &opt->map,
 						  .cfg = &opt->cfg,
@@ -286,6 +302,28 @@ int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimiz
 no_memory:
 	_dos_optimizer_destroy(opt);
 	return DOS_FAIL(-ENOMEM, "no memory for the handle tables of %u subgroups", N);
+}
+
+int _dos_optimizer_create(struct _dos_optimizer **out, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
+			  const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
+			  const float *initial)
+{
+	if (!out || !cfg || !numel || !weights || !grads || !initial)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, cfg %p, numel %p, weights %p, grads %p, initial %p)",
+				(void *)out, (const void *)cfg, (const void *)numel, (void *)weights, (void *)grads,
+				(const void *)initial);
+	return create(out, cfg, ntensors, numel, weights, grads, initial, NULL);
+}
+
+int _dos_optimizer_create_generated(struct _dos_optimizer **out, const struct _dos_optimizer_config *cfg,
+				    uint32_t ntensors, const uint64_t *numel, starpu_data_handle_t *weights,
+				    starpu_data_handle_t *grads, const struct dos_init_layout *layout)
+{
+	if (!out || !cfg || !numel || !weights || !grads || !layout)
+		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, cfg %p, numel %p, weights %p, grads %p, layout %p)",
+				(void *)out, (const void *)cfg, (const void *)numel, (void *)weights, (void *)grads,
+				(const void *)layout);
+	return create(out, cfg, ntensors, numel, weights, grads, NULL, layout);
 }
 
 void _dos_optimizer_destroy(struct _dos_optimizer *opt)

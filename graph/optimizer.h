@@ -97,6 +97,15 @@ int _dos_optimizer_config_check(const struct _dos_optimizer_config *cfg, uint64_
 int _dos_optimizer_create(struct _dos_optimizer **opt, const struct _dos_optimizer_config *cfg, uint32_t ntensors,
 			  const uint64_t *numel, starpu_data_handle_t *weights, starpu_data_handle_t *grads,
 			  const float *initial);
+/* The same, the state made by tasks instead (a fresh run's: master weights the initial
+ * values of `layout`, init_state.h; m = v = 0): one per subgroup, submitted here before
+ * any other of the optimizer's tasks, each run where the scheduler places it, so that
+ * state a GPU will keep is created there. The state's host arrays hold nothing until
+ * something reads the state on the host (a checkpoint, _dos_optimizer_read_state). */
+struct dos_init_layout;
+int _dos_optimizer_create_generated(struct _dos_optimizer **opt, const struct _dos_optimizer_config *cfg,
+				    uint32_t ntensors, const uint64_t *numel, starpu_data_handle_t *weights,
+				    starpu_data_handle_t *grads, const struct dos_init_layout *layout);
 /* Waits for the optimizer's tasks and frees everything. NULL does nothing. */
 void _dos_optimizer_destroy(struct _dos_optimizer *opt);
 

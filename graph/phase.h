@@ -17,6 +17,7 @@ enum _dos_task_phase {
 	DOS_TASK_UPDATE,     /* ... Adam */
 	DOS_TASK_REFRESH,    /* ... the tensors' working weights from the subgroups */
 	DOS_TASK_EVALUATION, /* the held-out evaluation: its data and forward */
+	DOS_TASK_STATE_INIT, /* the optimizer: a subgroup's state made where it runs (fresh runs) */
 	DOS_TASK_PHASES,
 };
 
@@ -32,6 +33,7 @@ static inline const char *_dos_task_phase_name(enum _dos_task_phase phase)
 		[DOS_TASK_UPDATE] = "update",
 		[DOS_TASK_REFRESH] = "refresh",
 		[DOS_TASK_EVALUATION] = "held-out evaluation",
+		[DOS_TASK_STATE_INIT] = "state init",
 	};
 	return phase < DOS_TASK_PHASES ? names[phase] : "invalid";
 }

@@ -210,7 +210,8 @@ static int hold_out(struct run *r)
 }
 
 /* The optimizer over the model's tensors, its master weights from the model's exact fp32
- * initial values. */
+ * initial values: copied on the host, or made by tasks when the configuration asks and the
+ * run is fresh (a resumed run's load needs every handle's only copy at home). */
 static int create_optimizer(struct run *r)
 {
 	const struct dos_train_config *cfg = r->cfg;
@@ -225,6 +226,11 @@ static int create_optimizer(struct run *r)
 	 * stay fp32 (the micro-batches accumulate into them), narrowed by the gather */
 	oc.tensor_dtype = model->dtype;
 	oc.tensor_grad_dtype = DOS_FP32;
+	if (cfg->state_by_tasks && !cfg->resume) {
+		struct dos_init_layout layout = _dos_model_init_layout(&cfg->shape, cfg->seed);
+		return _dos_optimizer_create_generated(&r->opt, &oc, model->ntensors, model->numel, model->weight,
+						       model->grad, &layout);
+	}
 	/* a 16-bit model holds its initial values only rounded: generated once more here
 	 * (never read under SimGrid) */
 	float *initial = model->dtype == DOS_FP32 ? model->weights : NULL;

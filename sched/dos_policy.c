@@ -34,7 +34,9 @@
  * they differ only in the placement rule. Every GPU of the context is planned for: the
  * rule places the step on the GPUs pooled into one (the bound's view of a node), then
  * assign_gpus gives each GPU-placed update a GPU (its state's, the next of a run of
- * neighbours, the least busy); each GPU has its own budget, forecast, windows and queue. */
+ * neighbours, the least busy), and prefer_residency_only replaces that plan by filling
+ * every GPU with resident state where that is faster GPU by GPU; each GPU has its own
+ * budget, forecast, windows and queue. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -170,6 +172,7 @@ struct policy {
 	 * forecasts of the application's memory learn from the first forward and backward */
 	int ngpus;
 	struct gpu_plan gpu[MAX_GPUS];
+	int residency_only; /* the last plan is prefer_residency_only's, not the pool's */
 	/* the application's GPU memory besides what each GPU learns: declared by it (the
 	 * prior, and the floor when it runs tasks we do not see), and extra headroom asked
 	 * for by the user */
@@ -708,22 +711,25 @@ static struct fetch_window *window_of(struct policy *p, enum dos_placement place
 						 : &p->on_cpu; /* DOS_PLACE_CPU, DOS_PLACE_CPU_THEN_RESIDENT */
 }
 
-/* GPU memory that gradients and 16-bit weights homed on GPU memory node `node` occupy for
- * good (as in training): not the plan's to use. */
-static double gpu_homed_inputs_bytes(const struct step_tasks *s, int node)
+/* GPU memory that gradients and 16-bit weights homed on each planned GPU occupy for good
+ * (as in training): not the plan's to use; into bytes[k] for GPU k. One pass over the
+ * step's handles, each asked its home once: StarPU's queries, not the GPUs, set the
+ * cost of a plan. */
+static void gpu_homed_inputs_bytes(const struct policy *p, const struct step_tasks *s, double *bytes)
 {
-	double bytes = 0;
+	for (int k = 0; k < p->ngpus; k++)
+		bytes[k] = 0;
 	for (int i = 0; i < s->n; i++) {
 		struct _dos_update_view u;
 		if (_dos_update_view(s->tasks[i], &u))
 			continue;
 		for (int r = DOS_ADAM_BUF_GRAD; r < u.step_data_end; r++) {
 			starpu_data_handle_t h = _dos_update_handle(s->tasks[i], &u, r);
-			if (home_is_gpu(h) && starpu_data_get_home_node(h) == node)
-				bytes += (double)starpu_data_get_size(h);
+			int k = home_is_gpu(h) ? gpu_index_of_node(p, (unsigned)starpu_data_get_home_node(h)) : -1;
+			if (k >= 0)
+				bytes[k] += (double)starpu_data_get_size(h);
 		}
 	}
-	return bytes;
 }
 
 /* The application's memory on GPU k over the coming iteration (plan lock held), and in
@@ -766,8 +772,17 @@ static void learn_from_evictions(struct policy *p, const struct step_tasks *s, c
 			if (p->last_place[i] == DOS_PLACE_GPU_RESIDENT && !sg[i].resident_now)
 				evicted += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 	p->stats.evicted_state_bytes += evicted;
+	/* what the forecast grew by since that plan (a measure replacing a declaration) was
+	 * foreseen now: evictions it explains are no shortfall (state a fresh run created on
+	 * the GPU beyond what the application then turned out to need) */
+	double grown = 0;
+	for (int k = 0; k < p->ngpus && p->stats.plans > 0; k++) {
+		double extra;
+		int learned;
+		grown = fmax(grown, app_memory_forecast(p, k, &extra, &learned) - p->stats.app_forecast_bytes);
+	}
 	if (!p->forecast_declared_only)
-		p->eviction_margin_bytes = fmax(p->eviction_margin_bytes, evicted);
+		p->eviction_margin_bytes = fmax(p->eviction_margin_bytes, evicted - grown);
 }
 
 /* The cost model of step s's plan (plan lock held): the machine as StarPU measures it
@@ -797,7 +812,8 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 	for (int k = 0; k < p->ngpus; k++)
 		_dos_app_memory_plan(&p->gpu[k].app_memory, now);
 	learn_from_evictions(p, s, sg);
-	double reserve[MAX_GPUS] = {0}, extra[MAX_GPUS] = {0};
+	double reserve[MAX_GPUS] = {0}, extra[MAX_GPUS] = {0}, homed[MAX_GPUS];
+	gpu_homed_inputs_bytes(p, s, homed);
 	p->stats.app_forecast_bytes = 0;
 	p->stats.app_forecast_learned = 0;
 	for (int k = 0; k < p->ngpus; k++) {
@@ -807,8 +823,7 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 			p->stats.app_forecast_bytes = app;
 			p->stats.app_forecast_learned = learned;
 		}
-		reserve[k] = app + p->eviction_margin_bytes + p->declared_reserve_bytes +
-			     gpu_homed_inputs_bytes(s, p->gpu[k].node);
+		reserve[k] = app + p->eviction_margin_bytes + p->declared_reserve_bytes + homed[k];
 		p->gpu[k].budget_bytes = _dos_gpu_budget_bytes((unsigned)p->gpu[k].node, reserve[k]);
 		p->gpu[k].update_extra_bytes = extra[k];
 	}
@@ -1004,6 +1019,120 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 	}
 }
 
+/* The steady-state update phase of a placement on the GPUs one by one (what every step
+ * costs once its resident state is there), in two parts: *cpu, the CPU pool's updates
+ * spread over its workers; *gpus, the busiest of each GPU's link directions (at its
+ * share of a switch or bridge it shares: rates.c), each GPU's updates after the
+ * application work queued there, and the node's links with the CPU path's copies. */
+static void steady_parts(const struct policy *p, int n, const struct dos_plan_subgroup *sg,
+			 const enum dos_placement *place, const unsigned char *gpu_of,
+			 const struct dos_machine_costs *m, double *cpu, double *gpus)
+{
+	double in[MAX_GPUS] = {0}, out[MAX_GPUS] = {0}, run[MAX_GPUS], cpu_params = 0, node_in = 0, node_out = 0;
+	for (int k = 0; k < p->ngpus; k++)
+		run[k] = p->gpu[k].worker >= 0 ? p->queues.of[p->gpu[k].worker].queued_us * 1e-6 : 0.0;
+	for (int i = 0; i < n; i++) {
+		double x = sg[i].params;
+		if (place[i] == DOS_PLACE_CPU) {
+			cpu_params += x;
+			node_in += dos_cpu_path_h2d_bytes(m, x);
+			node_out += dos_cpu_path_d2h_bytes(m, x);
+			continue;
+		}
+		int k = gpu_of[i], keep = place[i] != DOS_PLACE_GPU_TRANSIENT; /* then resident: resident */
+		const struct gpu_plan *g = &p->gpu[k];
+		in[k] += dos_gpu_path_h2d_bytes(m, x, keep) / g->h2d_bytes_per_second;
+		out[k] += dos_gpu_path_d2h_bytes(m, x, keep) / g->d2h_bytes_per_second;
+		run[k] += x * m->gpu_seconds_per_param;
+		node_in += dos_gpu_path_h2d_bytes(m, x, keep);
+		node_out += dos_gpu_path_d2h_bytes(m, x, keep);
+	}
+	*cpu = cpu_params * m->cpu_seconds_per_param * m->host_contention / (m->ncpu_workers > 0 ? m->ncpu_workers : 1);
+	*gpus = fmax(node_in / m->node_h2d_bytes_per_second, node_out / m->node_d2h_bytes_per_second);
+	for (int k = 0; k < p->ngpus; k++)
+		*gpus = fmax(*gpus, fmax(run[k], fmax(in[k], out[k])));
+}
+
+/* The residency-only placement with `resident` subgroups kept on the GPUs (those there
+ * already first, then the others in plan order; the rest on the CPU), given its GPUs by
+ * assign_gpus; its steady-state parts in *cpu and *gpus. */
+static void residency_only(struct policy *p, int n, const struct dos_plan_subgroup *sg, const int *where,
+			   const struct dos_machine_costs *m, int resident, enum dos_placement *place,
+			   unsigned char *gpu_of, double *cpu, double *gpus)
+{
+	int taken = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < n; i++)
+			if ((where[i] >= 0) == (pass == 0))
+				place[i] = taken++ < resident ? DOS_PLACE_GPU_RESIDENT : DOS_PLACE_CPU;
+	assign_gpus(p, n, sg, where, m, place, gpu_of);
+	steady_parts(p, n, sg, place, gpu_of, m, cpu, gpus);
+}
+
+/* Under the dos rule with several GPUs, keeps the pooled plan (place, gpu_of) or replaces
+ * it by the best residency-only placement, whichever is faster in steady state on the
+ * GPUs one by one (plan lock held). The pool plans the links of all GPUs together, as if
+ * staged state spread evenly over them; but a GPU can stage only with a staging slot
+ * free beside its resident state, and where memory is tight that slot costs a resident
+ * subgroup on every GPU that stages, while the staged state then loads only the links
+ * of the GPUs with room (a pair behind one switch sharing it). Filling every GPU with
+ * resident state in whole subgroups instead, and leaving the rest to the CPU, then
+ * finishes sooner. The resident count is searched by bisection on where the CPU's part,
+ * which falls as it grows, meets the GPUs' part, which rises; the pooled plan stays
+ * unless the other is faster by more than the estimate's own slack (1 %), so that where
+ * both are as good the planner's choices (its pipeline, state moving in after a CPU
+ * update) are kept. O(n G log n). */
+static void prefer_residency_only(struct policy *p, int n, const struct dos_plan_subgroup *sg, const int *where,
+				  const struct dos_machine_costs *m, enum dos_placement *place, unsigned char *gpu_of)
+{
+	double biggest = 0;
+	for (int i = 0; i < n; i++)
+		biggest = fmax(biggest, sg[i].params);
+	int fits = 0; /* whole subgroups each GPU holds */
+	for (int k = 0; k < p->ngpus && biggest > 0; k++)
+		fits += (int)fmin(n, fmax(0.0, floor(p->gpu[k].budget_bytes / (biggest * DOS_STATE_BYTES_PER_PARAM))));
+	fits = fits < n ? fits : n;
+	enum dos_placement *alt = malloc((size_t)n * sizeof *alt);
+	unsigned char *alt_gpu = malloc((size_t)n);
+	p->residency_only = 0;
+	if (!alt || !alt_gpu || fits == 0) {
+		free(alt);
+		free(alt_gpu);
+		return;
+	}
+	double cpu, gpus, kept[MAX_GPUS];
+	steady_parts(p, n, sg, place, gpu_of, m, &cpu, &gpus);
+	double pooled = fmax(cpu, gpus);
+	for (int k = 0; k < p->ngpus; k++)
+		kept[k] = p->gpu[k].resident_bytes;
+	int lo = 0, hi = fits; /* the fewest resident subgroups where the CPU's part <= the GPUs' */
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		residency_only(p, n, sg, where, m, mid, alt, alt_gpu, &cpu, &gpus);
+		if (cpu <= gpus)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	int best = -1;
+	double best_seconds = 0.99 * pooled;
+	for (int r = lo > 0 ? lo - 1 : lo; r <= lo; r++) {
+		residency_only(p, n, sg, where, m, r, alt, alt_gpu, &cpu, &gpus);
+		if (fmax(cpu, gpus) < best_seconds) {
+			best_seconds = fmax(cpu, gpus);
+			best = r;
+		}
+	}
+	if (best >= 0)
+		residency_only(p, n, sg, where, m, best, place, gpu_of, &cpu, &gpus);
+	else
+		for (int k = 0; k < p->ngpus; k++) /* the pooled plan's, which the search overwrote */
+			p->gpu[k].resident_bytes = kept[k];
+	p->residency_only = best >= 0;
+	free(alt);
+	free(alt_gpu);
+}
+
 /* Whether the application's GPU memory is known well enough to pin resident state on the
  * GPUs (plan lock held): pinned state cannot be evicted, so an application that needs more
  * than the forecast would wait for memory nobody frees. Known: measured over a whole
@@ -1163,7 +1292,7 @@ static void report_plan(struct policy *p, uint64_t step, const struct dos_plan_s
 		snprintf(per_gpu + strlen(per_gpu), sizeof per_gpu - strlen(per_gpu), "%sGPU%d %d", k ? ", " : " (", k,
 			 on_gpu[k]);
 	if (p->ngpus > 1)
-		strcat(per_gpu, ")");
+		strcat(per_gpu, p->residency_only ? "; residency only)" : ")");
 	fprintf(stderr,
 		"starpu-dos: %s: plan of step %llu at %.3f s: %d resident (%d already), %d staged%s, %d on CPU "
 		"(%d then resident); GPU budget %.3g GB (+%.3g GB in the update window), application "
@@ -1206,6 +1335,8 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	step_costs(p, s, sched_ctx, sg, &m, &pool, &calibrated);
 	place_subgroups(p, &pool, sg, s->n, place);
 	assign_gpus(p, s->n, sg, where, &m, place, gpu_of);
+	if (p->rule == RULE_DOS && p->ngpus > 1)
+		prefer_residency_only(p, s->n, sg, where, &m, place, gpu_of);
 	int ngpu = start_transfers(p, s, sg, place, gpu_of, &m);
 	pin_resident_state(p, s, place, gpu_of);
 	report_plan(p, s->step, sg, s->n, place, gpu_of, ngpu, &m, &pool, calibrated);

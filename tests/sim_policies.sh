@@ -64,19 +64,19 @@ python3 "$top"/tools/gen-machine.py --check >/dev/null
 check "sched/machines matches tools/gen-machine.py" $?
 # Several GPUs in one process (issue 17): on the 4-GPU node (4e8 params in 1e7 subgroups)
 # dos plans every GPU: each one updates subgroups, no GPU exceeds its limit, and dos comes
-# near the bound that counts every GPU. With the whole GPUs it reaches 1.058x the bound
-# (the plan of GPU 0 alone, before: 1.634x), held to the issue's 1.10x; with 1024 MiB
-# per GPU 1.250x (before: 3.216x, slower than lws), held to 1.35x and to beating lws,
-# which spreads updates over the GPUs without a plan.
+# within the issue's 1.10x of the bound that counts every GPU (1.058x, with the whole
+# GPUs and with 1024 MiB per GPU, where the plan of GPU 0 alone gave 3.216x and the
+# pooled plan, staging through the few GPUs with room, 1.250x), faster than lws, which
+# spreads updates over the GPUs without a plan, and than the static splits.
 x4_case() { # MEM_MIB MAX_TO_BOUND
 	local mem=$1 max=$2 out=$home/x4-$1.txt label="h100-pcie5-x4 (gpu-mem-mib $1)"
 	(
 		eval "$("$top"/tools/sim-env.sh h100-pcie5-x4 "$home/x4-$mem")"
 		timeout 300 "$bench" optimizer --params 4e8 --subgroup 1e7 --steps 2 --gpu-mem-mib "$mem" \
-			--policies dos,lws >"$out" 2>&1
+			--policies dos,lws,resident,stride >"$out" 2>&1
 	)
 	check "$label: dos-bench ran" $?
-	grep -E '^(dos|lws) |^# dos: per step' "$out"
+	grep -E '^(dos|lws|resident|stride) |^# dos: per step' "$out"
 	grep -q '^# dos: 1 CPU worker, 4 CUDA workers' "$out"
 	check "$label: StarPU runs 4 CUDA workers" $?
 	local k used=0
@@ -85,21 +85,24 @@ x4_case() { # MEM_MIB MAX_TO_BOUND
 	done
 	[[ $used == 4 ]]
 	check "$label: dos updates subgroups on each of the 4 GPUs ($used)" $?
-	local to_bound dos lws
+	local to_bound dos other
 	to_bound=$(awk '$1 == "dos" {print $6}' "$out")
 	dos=$(awk '$1 == "dos" {print $2}' "$out")
-	lws=$(awk '$1 == "lws" {print $2}' "$out")
 	awk -v r="$to_bound" -v max="$max" 'BEGIN {exit !(r != "" && r >= 1 && r <= max)}'
 	check "$label: dos at ${to_bound}x the bound (at least 1, at most ${max}x)" $?
-	awk -v d="$dos" -v l="$lws" 'BEGIN {exit !(d != "" && l != "" && d < l)}'
-	check "$label: dos ${dos} ms < lws ${lws} ms" $?
+	for other in lws resident stride; do
+		local t
+		t=$(awk -v p=$other '$1 == p {print $2}' "$out")
+		awk -v d="$dos" -v o="$t" 'BEGIN {exit !(d != "" && o != "" && d < o)}'
+		check "$label: dos ${dos} ms < $other ${t} ms" $?
+	done
 	if [[ $mem != 0 ]]; then
-		awk -v lim="$mem" '$1 ~ /^(dos|lws)$/ && ($10 == "-" || $10 > lim) {bad = 1} END {exit bad}' "$out"
+		awk -v lim="$mem" '$1 ~ /^(dos|lws|resident|stride)$/ && ($10 == "-" || $10 > lim) {bad = 1} END {exit bad}' "$out"
 		check "$label: peak GPU memory within the limit" $?
 	fi
 }
 x4_case 0 1.10
-x4_case 1024 1.35
+x4_case 1024 1.10
 # The bound splits the parameters continuously; with 20 subgroups each CPU update is a
 # tenth of the step, so where the optimum falls between whole subgroups no placement
 # reaches it. On h100-pcie5 the same model over whole subgroups is 1.088x the bound with
@@ -212,7 +215,8 @@ check "model declares nothing: learned forecast ${learned} s/step < 0.9 x declar
 budget_of() { sed -n 's/.*plan of step 3 .*GPU budget \([0-9.]*\) GB.*/\1/p' "$1"; }
 measured=$(sed -n 's/.*plan of step 3 .*forecast [0-9.]* GB (learned; measured \([0-9.]*\) GB).*/\1/p' \
 	"$home/undeclared-learned.txt")
+# (the policy prints 3 significant digits: 13.6 GB may be 13.65, hence the 0.06)
 awk -v l="$(budget_of "$home/undeclared-learned.txt")" -v d="$(budget_of "$home/undeclared-declared.txt")" \
-	-v m="$measured" 'BEGIN {exit !(l != "" && d != "" && m > 0 && l <= d - m + 0.01)}'
+	-v m="$measured" 'BEGIN {exit !(l != "" && d != "" && m > 0 && l <= d - m + 0.06)}'
 check "model declares nothing: step 3 is planned with the learned forecast (${measured} GB), leaving the model that room" $?
 end_checks sim-policies "$summary"

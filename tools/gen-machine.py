@@ -571,6 +571,9 @@ class Codelet:
     variables: tuple  # byte size of each variable buffer, after the vectors
     traffic: int  # memory traffic per element, bytes
     traffic_note: str
+    # elements per second one CPU core computes at most, where that and not the memory
+    # bandwidth bounds the CPU time (None: bandwidth alone)
+    cpu_core_rate: Optional[Num] = None
 
     def size(self, nx):
         """Data size as StarPU computes it by default: the sum of the buffers' sizes."""
@@ -579,6 +582,14 @@ class Codelet:
     def size_per_element(self):
         return sum(self.vectors)
 
+
+# The init-state codelet's CPU kernel draws one splitmix64 number per weight (2.6-2.9 ns
+# an element, 2e7 elements of the 1b preset's layers, measured on one core of the 2-core
+# development VM, gcc -O2): slower than the 12 B it writes at a core's share of the
+# bandwidth.
+INIT_STATE_CPU_RATE = Num(
+    3.5e8, "elements/s", "measured", "codelets/init_state.c on one core of the development VM, 2.6-2.9 ns/element"
+)
 
 # The reference buffer layouts (the ones dos-bench calibrates): fp16 gradients, 16-bit
 # working weights. An fp32 gradient (18 B of data, 30 B of traffic per param) or no
@@ -594,6 +605,14 @@ CODELETS = [
     Codelet("dos_cast", (4, 2), (), 6, "read fp32 master (4); write 16-bit weight (2)"),
     Codelet("dos_grad_stats", (2,), (16,), 2, "read fp16 grad (2); the 16-byte stats result is negligible"),
     Codelet("dos_grad_scale", (2,), (), 4, "read and write fp16 grad (2 + 2)"),
+    Codelet(
+        "dos_init_state",
+        (4, 4, 4),
+        (),
+        12,
+        "write p, m, v (12); a CPU core is bound by one draw per weight (INIT_STATE_CPU_RATE), a GPU is not",
+        INIT_STATE_CPU_RATE,
+    ),
 ]
 
 # History entries: one per decade of subgroup sizes and one near the 32-bit limit of the
@@ -797,6 +816,8 @@ def regression(machine, codelet, device, cpu_workers):
         bw = machine.gpu_bw.value
         overhead = machine.gpu_task_overhead.value
     a = codelet.traffic / codelet.size_per_element() / bw * 1e6
+    if device == CPU_WORKER and codelet.cpu_core_rate is not None:
+        a = max(a, 1 / (codelet.cpu_core_rate.value * codelet.size_per_element()) * 1e6)
     return a, 1.0, overhead * 1e6
 
 

@@ -214,7 +214,8 @@ static const char *name_of(const struct dos_timeline *tl, uint32_t k)
 static const char *const family_colour[NFAMILIES] = {
 	[DOS_TASK_DATA] = "#9c755f",    [DOS_TASK_FORWARD] = "#4e79a7",    [DOS_TASK_BACKWARD] = "#f28e2b",
 	[DOS_TASK_GATHER] = "#b07aa1",  [DOS_TASK_STATISTICS] = "#edc948", [DOS_TASK_UPDATE] = "#59a14f",
-	[DOS_TASK_REFRESH] = "#76b7b2", [DOS_TASK_EVALUATION] = "#ff9da7", [FAM_OTHER] = "#9d9d9d",
+	[DOS_TASK_REFRESH] = "#76b7b2", [DOS_TASK_EVALUATION] = "#ff9da7", [DOS_TASK_STATE_INIT] = "#bab0ac",
+	[FAM_OTHER] = "#9d9d9d",
 };
 
 static const char *const link_colour[2] = {"#e15759", "#17becf"}; /* host->GPU, GPU->host */
