@@ -17,6 +17,7 @@
 #include <starpu.h>
 
 #include "bench.h"
+#include "data.h"
 #include "dos.h"
 #include "errors.h"
 #include "kernels.h"
@@ -374,17 +375,9 @@ static int subgroup_alloc(struct subgroup *g, size_t n, enum allocator how)
 	return 0;
 }
 
-static uint64_t splitmix64(uint64_t *state)
-{
-	uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
 static float uniform01(uint64_t *state)
 {
-	return (float)(splitmix64(state) >> 40) * 0x1.0p-24f;
+	return (float)(_dos_splitmix64(state) >> 40) * 0x1.0p-24f;
 }
 
 /* Plausible training values: parameters roughly N(0, 1), small moments, positive v, and
@@ -399,7 +392,7 @@ static void subgroup_fill(struct subgroup *g, size_t n, uint64_t seed)
 		m[i] = 1e-3f * (uniform01(&seed) - 0.5f);
 		v[i] = 1e-6f * (0.5f + uniform01(&seed));
 		float g_abs = 1e-4f + 1e-2f * uniform01(&seed);
-		grad[i] = dos_float_to_fp16(splitmix64(&seed) & 1 ? -g_abs : g_abs);
+		grad[i] = dos_float_to_fp16(_dos_splitmix64(&seed) & 1 ? -g_abs : g_abs);
 		w[i] = 0;
 	}
 }
