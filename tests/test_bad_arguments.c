@@ -8,6 +8,7 @@
 
 #include "dos.h"
 #include "rates.h"
+#include "test_starpu.h"
 #include "test_util.h"
 
 static int refusals;
@@ -65,10 +66,7 @@ int main(void)
 	expect(dos_adam_step_init(&out, &hp_bad, 1, 1.0), -EINVAL, "hp->weight_decay = 1e+39", NULL);
 	expect_untouched(&out, &before, sizeof out, "step scalars");
 
-	int ret = starpu_init(NULL);
-	if (ret == -ENODEV)
-		return TEST_SKIP;
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init(NULL);
 
 	enum { N = 64 };
 	static float p[N], m[N], v[N], f32[N], other[N + 1];

@@ -12,6 +12,7 @@
 #include "dos.h"
 #include "optimizer.h"
 #include "model.h"
+#include "test_starpu.h"
 #include "test_util.h"
 #include "train.h"
 
@@ -269,10 +270,7 @@ int main(void)
 	char corpus_path[4096], dir[] = "/tmp/dos-bad-arguments-XXXXXX";
 	snprintf(corpus_path, sizeof corpus_path, "%s/data/corpus.txt", src ? src : "..");
 	CHECK(mkdtemp(dir), "mkdtemp");
-	int ret = starpu_init(NULL);
-	if (ret == -ENODEV)
-		return TEST_SKIP;
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init(NULL);
 	starpu_pause(); /* a task submitted by a refused call would stay counted */
 	shape_and_model();
 	corpus(corpus_path, dir);

@@ -4,6 +4,7 @@
  * subgroup whose steps alternate between CPU and GPU ends bit-identical to one that
  * stayed on the CPU: placement never changes the result. */
 #include "parity_util.h"
+#include "test_starpu.h"
 #include "kernels.h"
 
 #define NSUB 5
@@ -162,12 +163,7 @@ static void run_placement(const char *label, const uint32_t *where_for_step)
 
 int main(void)
 {
-	int ret = starpu_init(NULL);
-	if (ret == -ENODEV) {
-		printf("StarPU found no worker: skipped\n");
-		return TEST_SKIP;
-	}
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init(NULL);
 	const uint32_t cpu_only[NSTEPS] = {STARPU_CPU, STARPU_CPU, STARPU_CPU};
 	run_placement("cpu", cpu_only);
 	if (starpu_cuda_worker_get_count() > 0) {

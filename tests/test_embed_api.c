@@ -25,6 +25,7 @@
 
 #include "dos.h"
 #include "numerics.h"
+#include "test_starpu.h"
 #include "test_util.h"
 
 #define T 3     /* tensors */
@@ -682,10 +683,7 @@ int main(void)
 	refusals_without_starpu();
 	api_owned_starpu();
 
-	int ret = starpu_init(NULL);
-	if (ret == -ENODEV)
-		return TEST_SKIP;
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init(NULL);
 	refusals_with_starpu();
 	one_owner_each();
 	save_refuses_non_finite();

@@ -8,6 +8,7 @@
 
 #include "optimizer.h"
 #include "mlp.h"
+#include "test_starpu.h"
 #include "test_util.h"
 
 int main(int argc, char **argv)
@@ -21,12 +22,7 @@ int main(int argc, char **argv)
 
 	struct starpu_conf conf;
 	starpu_conf_init(&conf);
-	conf.sched_policy = dos_sched_policy("dos");
-	conf.sched_policy_name = NULL;
-	int ret = starpu_init(&conf);
-	if (ret == -ENODEV)
-		return TEST_SKIP;
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init_policy(&conf, "dos");
 
 	struct mlp model;
 	CHECK(mlp_create(&model, MLP_STEPS) == 0, "out of memory");

@@ -12,6 +12,7 @@
 
 #include "data.h"
 #include "model.h"
+#include "test_starpu.h"
 #include "test_util.h"
 
 #define T 16 /* tokens per sequence */
@@ -151,10 +152,7 @@ int main(void)
 	const char *src = getenv("DOS_SOURCE_DIR");
 	char path[4096];
 	snprintf(path, sizeof path, "%s/data/corpus.txt", src ? src : "..");
-	int ret = starpu_init(NULL);
-	if (ret == -ENODEV)
-		return TEST_SKIP;
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init(NULL);
 	held_out_data(path);
 	eval_equals_training_forward(path, DOS_FP32, 0);
 	eval_equals_training_forward(path, DOS_FP32, 1);

@@ -8,6 +8,7 @@
 
 #include "flat.h"
 #include "numerics.h"
+#include "test_starpu.h"
 #include "test_util.h"
 
 /* The reference: the partials of element i in rank order, in fp32, rounded once. */
@@ -153,8 +154,7 @@ int main(void)
 	struct starpu_conf conf;
 	starpu_conf_init(&conf);
 	conf.ncuda = 0; /* the sum is CPU only; the copies' CPU kernel is checked above */
-	if (starpu_init(&conf) != 0)
-		return TEST_SKIP;
+	test_starpu_init(&conf);
 	check_task(&seed);
 	starpu_shutdown();
 	printf("grad sum: rank order in fp32, one rounding, up to 70 partials; chunks cut and joined exactly\n");

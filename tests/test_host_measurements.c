@@ -6,16 +6,14 @@
 
 #include "dos.h"
 #include "rates.h"
+#include "test_starpu.h"
 #include "test_util.h"
 
 int main(void)
 {
 	setenv("STARPU_HOSTNAME", "dos-host-measurements-test", 1);
 	unsetenv("DOS_HOST_CONTENTION");
-	int ret = starpu_init(NULL);
-	if (ret == -ENODEV)
-		return TEST_SKIP;
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init(NULL);
 	CHECK(dos_host_contention_record(1.0) == 0, "%s", dos_last_error());
 	CHECK(_dos_host_contention() == 1.0, "recorded 1.0, read %g", _dos_host_contention());
 	CHECK(dos_host_contention_record(1.37) == 0, "%s", dos_last_error());

@@ -17,6 +17,7 @@
 #include "errors.h"
 #include "init_state.h"
 #include "model.h"
+#include "test_starpu.h"
 #include "test_util.h"
 
 static float *reference(const struct dos_model_shape *s, uint64_t seed, uint64_t *nparams)
@@ -138,7 +139,7 @@ int main(void)
 	starpu_conf_init(&conf);
 	conf.ncuda = 0; /* the CPU implementation here; test_init_state_cuda has the kernel */
 	conf.nopencl = 0;
-	CHECK(starpu_init(&conf) == 0, "starpu_init");
+	test_starpu_init(&conf);
 	const uint64_t subs[] = {1000, 777, 33440};
 	for (size_t k = 0; k < sizeof subs / sizeof *subs; k++)
 		check_codelet(&shapes[0], 42, subs[k]);

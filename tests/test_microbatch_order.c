@@ -17,6 +17,7 @@
 #include <pthread.h>
 
 #include "dos_policy.h"
+#include "test_starpu.h"
 #include "test_util.h"
 #include "train.h"
 
@@ -120,12 +121,7 @@ int main(void)
 	setenv("STARPU_NCUDA", "0", 1);
 	struct starpu_conf conf;
 	starpu_conf_init(&conf);
-	conf.sched_policy = dos_sched_policy("dos");
-	conf.sched_policy_name = NULL;
-	int ret = starpu_init(&conf);
-	if (ret == -ENODEV)
-		return TEST_SKIP;
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init_policy(&conf, "dos");
 	check_order(corpus, 0);
 	check_order(corpus, 1);
 	starpu_shutdown();

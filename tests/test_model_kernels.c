@@ -15,6 +15,7 @@
 
 #include "model_codelets.h"
 #include "model_kernels.h"
+#include "test_starpu.h"
 #include "test_util.h"
 
 /* The shapes of most checks: n = NB * NT tokens of width DM = NH * HD, linear DM -> NF. */
@@ -505,8 +506,7 @@ static void test_codelets(void)
 {
 	const size_t n = NTOK, T = NT, d = DM, V = NV, F = NF, np = NB * NH * NT * NT;
 	setenv("STARPU_NCUDA", "0", 1);
-	int ret = starpu_init(NULL);
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init(NULL);
 
 	/* inputs, shared read-only by every task */
 	int32_t *ids = random_ids(n, V), *targets = random_ids(n, V);

@@ -19,6 +19,7 @@
 #include "data.h"
 #include "dos.h"
 #include "model.h"
+#include "test_starpu.h"
 #include "test_util.h"
 #include "train.h"
 
@@ -99,7 +100,7 @@ int main(void)
 
 	/* training */
 	setenv("STARPU_NCUDA", "0", 1);
-	CHECK(starpu_init(NULL) == 0, "starpu_init failed");
+	test_starpu_init(NULL);
 	struct dos_train_config cfg = {
 		.shape = shape,
 		.micro_batch = fx.B,

@@ -15,6 +15,7 @@
 #include <starpu.h>
 
 #include "dos.h"
+#include "test_starpu.h"
 #include "test_util.h"
 
 #define NTASKS 200
@@ -30,8 +31,6 @@ static void start(int ncpus, int single_combined_worker)
 {
 	struct starpu_conf conf;
 	starpu_conf_init(&conf);
-	conf.sched_policy = dos_sched_policy("dos");
-	conf.sched_policy_name = NULL;
 	conf.ncpus = ncpus;
 	conf.ncuda = 0;
 	conf.calibrate = 2; /* models start empty (the tests share one STARPU_HOME) */
@@ -40,10 +39,7 @@ static void start(int ncpus, int single_combined_worker)
 	 * which says nothing about the policy under test */
 	setenv("STARPU_HISTORY_MAX_ERROR", "100000", 0);
 	conf.single_combined_worker = single_combined_worker;
-	int ret = starpu_init(&conf);
-	if (ret == -ENODEV)
-		exit(TEST_SKIP);
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init_policy(&conf, "dos");
 	if ((int)starpu_cpu_worker_get_count() < ncpus) {
 		starpu_shutdown();
 		exit(TEST_SKIP);

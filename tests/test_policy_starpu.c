@@ -5,6 +5,7 @@
  * own policy (lws), scheduling only the tasks submitted to its context. */
 #include "kernels.h"
 #include "parity_util.h"
+#include "test_starpu.h"
 
 #define NSUB 6
 #define NSTEPS 2
@@ -115,13 +116,7 @@ int main(void)
 	for (int k = 0; k < 4; k++) {
 		struct starpu_conf conf;
 		starpu_conf_init(&conf);
-		conf.sched_policy = dos_sched_policy(names[k]);
-		CHECK(conf.sched_policy != NULL, "no policy named %s", names[k]);
-		conf.sched_policy_name = NULL;
-		int ret = starpu_init(&conf);
-		if (ret == -ENODEV)
-			return TEST_SKIP;
-		CHECK(ret == 0, "starpu_init: %d", ret);
+		test_starpu_init_policy(&conf, names[k]);
 		fill(&run);
 		int counter = 0;
 		starpu_data_handle_t hc;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "codelets.h"
+#include "test_starpu.h"
 #include "test_util.h"
 #include "train.h"
 
@@ -109,10 +110,7 @@ int main(void)
 	char corpus[4096], dir[] = "/tmp/dos-train-nonfinite-XXXXXX";
 	snprintf(corpus, sizeof corpus, "%s/data/corpus.txt", src ? src : "..");
 	CHECK(mkdtemp(dir), "mkdtemp");
-	int ret = starpu_init(NULL);
-	if (ret == -ENODEV)
-		return TEST_SKIP;
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init(NULL);
 
 	run(corpus, dir, 5, (struct plant){0}, NULL);
 	/* m of subgroup 3 at step 4: m, and through the step the master weights */

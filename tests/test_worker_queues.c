@@ -7,6 +7,7 @@
 
 #include <starpu.h>
 
+#include "test_starpu.h"
 #include "test_util.h"
 #include "worker_queues.h"
 
@@ -73,10 +74,7 @@ int main(void)
 	conf.ncpus = 2;
 	conf.ncuda = 0;
 	conf.sched_policy_name = "eager"; /* not ours: the queues below are driven by hand */
-	int ret = starpu_init(&conf);
-	if (ret == -ENODEV)
-		return TEST_SKIP;
-	CHECK(ret == 0, "starpu_init: %d", ret);
+	test_starpu_init(&conf);
 	if (starpu_cpu_worker_get_count() < 2) {
 		starpu_shutdown();
 		return TEST_SKIP;
