@@ -215,7 +215,7 @@ expect_refusal "eps = 0" --preset tiny --eps 0
 expect_refusal "loss-scale = 0.5" --preset tiny --loss-scale 0.5
 expect_refusal "unexpected argument 'extra'" --preset tiny extra
 expect_refusal "need --checkpoint-dir" --preset tiny --resume
-expect_refusal "no checkpoint in $work" --preset tiny --resume --checkpoint-dir "$work"
+expect_refusal "no checkpoint in $work (a run's first start goes without --resume)" --preset tiny --resume --checkpoint-dir "$work"
 mkdir -p "$work/other"
 $train --preset tiny --steps 2 --quiet --checkpoint-dir "$work/other" >/dev/null 2>&1 || fail "saving for the mismatch test failed"
 expect_refusal "nparams" --preset tiny --layers 3 --resume --checkpoint-dir "$work/other"
