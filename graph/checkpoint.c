@@ -1748,7 +1748,8 @@ static int refuse_others(const char *function, const char *dir, const struct _do
 	if (!d)
 		return DOS_FAIL(-errno, "cannot read the checkpoint folder %s: %s", dir, strerror(errno));
 	char names[240] = "", unreadable[240] = "", other[DOS_RUN_ID_TEXT] = "";
-	size_t others = 0, damaged = 0;
+	/* unfinished: shards whose manifest was never written (a job killed in its save) */
+	size_t others = 0, damaged = 0, unfinished = 0;
 	uint64_t latest = 0;
 	for (struct dirent *e; (e = readdir(d));) {
 		uint64_t n;
@@ -1764,6 +1765,10 @@ static int refuse_others(const char *function, const char *dir, const struct _do
 		}
 		if (_dos_run_id_equal(&id, run))
 			continue;
+		char manifest[64];
+		snprintf(manifest, sizeof manifest, "checkpoint-%" PRIu64 ".dos", n);
+		if (shard && faccessat(dirfd(d), manifest, F_OK, 0) != 0)
+			unfinished++;
 		if (!others++ || n > latest) {
 			latest = n;
 			_dos_run_id_text(&id, other);
@@ -1776,6 +1781,13 @@ static int refuse_others(const char *function, const char *dir, const struct _do
 	if (!others && !damaged)
 		return 0;
 	char what[700] = "";
+	if (others && unfinished == others && !damaged)
+		/* nothing there can be resumed, and --resume says so: say what to do with them */
+		return _dos_fail(-EEXIST, function,
+				 "checkpoint folder %s holds only the shards of an unfinished save of another run "
+				 "(%s%s; run %s, step %" PRIu64 "; no checkpoint-<N>.dos: nothing to resume from); "
+				 "remove them, or give another folder",
+				 dir, names, others > 4 ? ", ..." : "", other, latest);
 	if (others)
 		snprintf(what, sizeof what,
 			 "%zu checkpoint file%s of another run (%s%s; run %s, the latest after step %" PRIu64 ")",

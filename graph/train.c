@@ -359,7 +359,11 @@ static int resume(struct run *r, uint64_t *first_step, char *path, size_t path_s
 		if (err == -ENOENT) {
 			char why[1024];
 			snprintf(why, sizeof why, "%s", _dos_last_error_message());
-			err = DOS_FAIL(-ENOENT, "--resume: %s", why);
+			/* a job script that always passes --resume fails on its first start:
+			 * say how to start the run */
+			int empty = !strncmp(why, "no checkpoint in ", 17);
+			err = DOS_FAIL(-ENOENT, "--resume: %s%s", why,
+				       empty ? " (a run's first start goes without --resume)" : "");
 		}
 		if (!err) {
 			r->corpus.rng = c.at.data_rng;

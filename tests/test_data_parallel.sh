@@ -11,7 +11,8 @@
 #     bound to distinct blocks of cores, and say which; a NaN in the state stops every rank;
 #  3. sharded checkpoints: a 2-rank job saves shards + manifest; resuming on 1, 2 and 4
 #     ranks ends bit-identical to the uninterrupted run; SIGKILL of the job while it saves
-#     every step leaves a latest checkpoint that resumes exactly.
+#     every step leaves a latest checkpoint that resumes exactly; the shards of a save
+#     killed before its manifest are no checkpoint, and a fresh run says to remove them.
 # And the scatter exchange (--dp-exchange scatter): the same bits under several policies,
 # close to one process in fp32 (1b above).
 # DOS_QUICK_CHECK=1 (sanitizer and distcheck builds): 2 ranks only in part 1, one SIGKILL.
@@ -212,3 +213,24 @@ done
 set -- $resumed
 [ $# -ge 1 ] || fail "none of $rounds rounds was killed in the middle of the run"
 echo "data parallel: SIGKILL of a 2-rank job saving every step, $rounds times: resumed bit-identical from steps$resumed"
+
+# A job killed in its first save, after the shards and before the manifest, leaves a
+# folder that holds no checkpoint: --resume says so, and a fresh run, which must not take
+# another run's files, says what they are and what to do (it used to call them checkpoint
+# files of another run to continue with --resume: each refusal sent to the other).
+ck=$work/unfinished
+ranks 2 --preset tiny --steps 2 --quiet --accumulate 1 --checkpoint-dir "$ck" >"$work/log" 2>&1 ||
+	fail "the 2-rank run to save failed: $(cat "$work/log")"
+rm "$ck/checkpoint-2.dos"
+$train --preset tiny --steps 2 --quiet --checkpoint-dir "$ck" --resume >"$work/log" 2>&1 &&
+	fail "--resume took a folder with shards alone"
+grep -qF "no checkpoint in $ck" "$work/log" || fail "--resume on shards alone: $(cat "$work/log")"
+$train --preset tiny --steps 2 --quiet --checkpoint-dir "$ck" >"$work/log" 2>&1 && fail "a fresh run took another run's shards"
+for want in "holds only the shards of an unfinished save of another run" checkpoint-2.shard-0-of-2.dos \
+	checkpoint-2.shard-1-of-2.dos "nothing to resume from" "remove them"; do
+	grep -qF -- "$want" "$work/log" || fail "the refusal of shards alone lacks '$want': $(cat "$work/log")"
+done
+rm "$ck"/checkpoint-2.shard-*.dos
+$train --preset tiny --steps 2 --quiet --checkpoint-dir "$ck" >"$work/log" 2>&1 ||
+	fail "a fresh run in the folder emptied of the shards failed: $(cat "$work/log")"
+echo "shards of an unfinished save alone: --resume finds no checkpoint, a fresh run says to remove them"

@@ -185,6 +185,35 @@ set -- $midway
 [ $# -ge 2 ] || fail "fewer than 2 of $kills rounds were killed in the middle of the run (resumed at:$midway)"
 echo "checkpoints: $kills SIGKILLs while saving every step; resumed bit-identical from steps$midway"
 
+# A run killed again and again, each resumed run killed in turn once it has saved 5, 10, 15
+# steps past the checkpoint it resumed from, every start asking for --state-by-tasks (a resumed run loads
+# its state in host memory instead): the last resume still ends bit-identical.
+newest() { ls "$1" | sed -n 's/^checkpoint-\([0-9]*\)\.dos$/\1/p' | sort -n | tail -n 1; }
+ck=$work/chain
+resume=
+chain=
+for round in 1 2 3; do
+	before=$(newest "$ck" 2>/dev/null)
+	# shellcheck disable=SC2086 # $resume is empty or one word
+	$train --preset tiny --steps $steps --quiet --state-by-tasks --checkpoint-dir "$ck" --checkpoint-every 1 \
+		$resume >/dev/null 2>&1 &
+	pid=$!
+	for _ in $(seq 1 600); do
+		now=$(newest "$ck" 2>/dev/null)
+		[ -n "$now" ] && [ "$now" -ge $((${before:-0} + 5 * round)) ] && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -9 "$pid" 2>/dev/null || fail "chain round $round: the run ended before it was killed"
+	wait "$pid" 2>/dev/null
+	resume=--resume
+	chain="$chain $(newest "$ck")"
+done
+$train --preset tiny --steps $steps --quiet --state-by-tasks --checkpoint-dir "$ck" --resume --dump "$work/killed.bin" \
+	>"$work/log" 2>&1 || fail "resuming the thrice-killed run failed: $(cat "$work/log")"
+cmp -s "$work/straight.bin" "$work/killed.bin" || fail "the thrice-killed run (saved up to$chain) ends differently"
+echo "checkpoints: a run and its resumed runs killed 3 times (saved up to$chain), --state-by-tasks: bit-identical"
+
 # ---- 6. bad options -------------------------------------------------------------------
 expect_refusal() { # expected text, args...
 	want=$1
@@ -215,7 +244,7 @@ expect_refusal "eps = 0" --preset tiny --eps 0
 expect_refusal "loss-scale = 0.5" --preset tiny --loss-scale 0.5
 expect_refusal "unexpected argument 'extra'" --preset tiny extra
 expect_refusal "need --checkpoint-dir" --preset tiny --resume
-expect_refusal "no checkpoint in $work" --preset tiny --resume --checkpoint-dir "$work"
+expect_refusal "no checkpoint in $work (a run's first start goes without --resume)" --preset tiny --resume --checkpoint-dir "$work"
 mkdir -p "$work/other"
 $train --preset tiny --steps 2 --quiet --checkpoint-dir "$work/other" >/dev/null 2>&1 || fail "saving for the mismatch test failed"
 expect_refusal "nparams" --preset tiny --layers 3 --resume --checkpoint-dir "$work/other"
