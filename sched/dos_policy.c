@@ -142,9 +142,8 @@ struct gpu_plan {
 	struct dos_app_memory app_memory;
 	/* the last plan's: the room for optimizer state and what it kept resident */
 	double budget_bytes, update_extra_bytes, resident_bytes;
-	/* a fresh run's state created here by init tasks (place_state_init): kept here, and
-	 * written home at once */
-	double born_state_bytes, sent_home_bytes;
+	/* a fresh run's state created and kept here by init tasks (place_state_init) */
+	double born_state_bytes;
 };
 
 /* The GPU index of a placed update lives in its placement tag: 4 bits. */
@@ -1499,11 +1498,11 @@ static int is_state_init(const struct starpu_task *task)
 /* Where the dos rule creates a fresh run's subgroup state (plan lock held): on a GPU while
  * the state created there fits in the budget the first plan will give it (step_costs: the
  * application's forecast and the margins), so that the plan finds it resident and keeps
- * it. The tasks come in the order of the updates (graph/optimizer.c), so the GPUs get the
+ * it. The tasks come in the order of the updates (graph/optimizer.c), so the GPU gets the
  * first subgroups of the step, which a plan keeps resident first. The rest, which the
- * plan will update on the CPU or stage, must end in host memory: made on a GPU (the GPU
- * with the least sent home so far) and written home at once, while the link idles in the
- * first forward, not by a CPU core, which the first update phase needs (simulated 1b
+ * plan will update on the CPU or stage, must end in host memory: made on the GPU and
+ * written home at once, while the link idles in the first forward, not by a CPU core,
+ * which the first update phase needs (simulated 1b
  * bf16 with a 12000 MiB h100-pcie5: first iteration 0.293 s against 0.376 s with one of
  * the three made on the CPU, 0.27 s per 1e8 parameters there). Left on a GPU that cannot
  * keep it, such state would be written home by StarPU's evictions during the first
@@ -1532,27 +1531,17 @@ static int place_state_init(struct policy *p, struct starpu_task *task, unsigned
 	double bytes = 0;
 	for (unsigned b = 0; b < STARPU_TASK_GET_NBUFFERS(task); b++)
 		bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, b));
-	int keep = -1, courier = 0;
-	double keep_room = 0;
-	for (int k = 0; k < p->ngpus; k++) {
-		double extra;
-		int learned;
-		double reserve = app_memory_forecast(p, k, &extra, &learned) + p->eviction_margin_bytes +
-				 p->declared_reserve_bytes;
-		double room = _dos_gpu_budget_bytes((unsigned)p->gpu[k].node, reserve) - p->gpu[k].born_state_bytes;
-		if (room >= bytes && (keep < 0 || room > keep_room))
-			keep = k, keep_room = room;
-		if (p->gpu[k].sent_home_bytes < p->gpu[courier].sent_home_bytes)
-			courier = k;
-	}
-	if (keep >= 0) {
-		p->gpu[keep].born_state_bytes += bytes;
+	struct gpu_plan *g = &p->gpu[0];
+	double extra;
+	int learned;
+	double reserve =
+		app_memory_forecast(p, 0, &extra, &learned) + p->eviction_margin_bytes + p->declared_reserve_bytes;
+	*gpu_node = g->node;
+	if (_dos_gpu_budget_bytes((unsigned)g->node, reserve) - g->born_state_bytes >= bytes) {
+		g->born_state_bytes += bytes;
 		p->state_inits_on_gpu++;
-		*gpu_node = p->gpu[keep].node;
 	} else {
-		p->gpu[courier].sent_home_bytes += bytes;
 		p->state_inits_home_via_gpu++;
-		*gpu_node = p->gpu[courier].node;
 		*goes_home = 1;
 	}
 	/* State kept: any type, so that the queue allocates its buffers on the GPU when it is
