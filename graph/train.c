@@ -210,8 +210,9 @@ static int hold_out(struct run *r)
 }
 
 /* The optimizer over the model's tensors, its master weights from the model's exact fp32
- * initial values: copied on the host, or made by tasks when the configuration asks and the
- * run is fresh (a resumed run's load needs every handle's only copy at home). */
+ * initial values: made by tasks when the run is fresh, unless the configuration asks for
+ * host memory; copied on the host otherwise (a resumed run's load needs every handle's
+ * only copy at home). */
 static int create_optimizer(struct run *r)
 {
 	const struct dos_train_config *cfg = r->cfg;
@@ -226,7 +227,7 @@ static int create_optimizer(struct run *r)
 	 * stay fp32 (the micro-batches accumulate into them), narrowed by the gather */
 	oc.tensor_dtype = model->dtype;
 	oc.tensor_grad_dtype = DOS_FP32;
-	if (cfg->state_by_tasks && !cfg->resume) {
+	if (!cfg->state_on_host && !cfg->resume) {
 		struct dos_init_layout layout = _dos_model_init_layout(&cfg->shape, cfg->seed);
 		return _dos_optimizer_create_generated(&r->opt, &oc, model->ntensors, model->numel, model->weight,
 						       model->grad, &layout);
@@ -266,6 +267,9 @@ static int start_run(const struct dos_train_config *cfg, struct run *r)
 	    !(err = _dos_model_create(&r->model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->opt.weight_dtype,
 				      cfg->checkpoint_activations, cfg->sched_ctx))) {
 		r->have_model = 1;
+		/* before the optimizer: the policy places the tasks that create its state
+		 * from the room the application leaves on the GPU */
+		declare_gpu_memory(cfg, &r->model);
 		err = create_optimizer(r);
 	}
 	if (err) {
@@ -553,7 +557,6 @@ int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *
 		return err;
 	}
 	r.folder = &folder;
-	declare_gpu_memory(cfg, &r.model);
 	uint64_t first_step;
 	if ((err = resume(&r, &first_step, out ? out->resumed_path : NULL, out ? sizeof out->resumed_path : 0))) {
 		end_run(&r);

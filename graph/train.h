@@ -51,11 +51,12 @@ struct dos_train_config {
 	const char *checkpoint_dir;
 	uint64_t checkpoint_every;
 	int resume;
-	/* where a fresh run's optimizer state begins: 0, in host memory, copied from the
-	 * initial weights (as a resumed run loads it); 1, made by tasks wherever the scheduler
-	 * runs them (_dos_optimizer_create_generated: state created on a GPU never crosses
-	 * the link to get there). The same values either way; resumed runs ignore it */
-	int state_by_tasks;
+	/* where a fresh run's optimizer state begins: 0 (the default), made by tasks wherever
+	 * the scheduler runs them (_dos_optimizer_create_generated: state created on a GPU
+	 * never crosses the link to get there; the dos policy runs each where its first plan
+	 * updates it); 1, in host memory, copied from the initial weights (as a resumed run
+	 * loads it). The same values either way; resumed runs load it on the host */
+	int state_on_host;
 	void (*checkpoint_skipped)(void *arg, const char *path, const char *why);
 	void *checkpoint_skipped_arg;
 	/* optional: every finished step (called on the submitting thread) */

@@ -61,10 +61,11 @@ static void usage(FILE *f)
 		   "  --loss-scale X       initial dynamic loss scale (fp16 default 65536; 0 = off)\n"
 		   "  --clip X             global gradient-norm clipping (0 = off, default)\n"
 		   "  --subgroup-size N    parameters per optimizer subgroup\n"
-		   "  --state-by-tasks     a fresh run makes its optimizer state by tasks, where the\n"
-		   "                       policy runs them (state created on the GPU does not cross\n"
-		   "                       the link), instead of copying it in host memory; the same\n"
-		   "                       values (a resumed run loads it in host memory)\n"
+		   "  --state-on-host      a fresh run copies its optimizer state in host memory\n"
+		   "                       instead of making it by tasks where the policy runs them\n"
+		   "                       (the default: state created on the GPU does not cross the\n"
+		   "                       link); the same values (a resumed run loads it on the host)\n"
+		   "  --state-by-tasks     the default, made explicit\n"
 		   "scheduling:\n"
 		   "  --policy NAME        dos (default), all-cpu, stride, resident, or a StarPU policy\n"
 		   "                       (dmda, dmdas, eager, lws, ...); STARPU_SCHED overrides it\n"
@@ -181,6 +182,7 @@ enum {
 	O_CKPT_EVERY,
 	O_RESUME,
 	O_STATE_BY_TASKS,
+	O_STATE_ON_HOST,
 	O_DP_EXCHANGE,
 	O_HELP,
 	O_END
@@ -226,6 +228,7 @@ static const struct option options[] = {
 	OPTION(O_CKPT_EVERY, "checkpoint-every", 1),
 	OPTION(O_RESUME, "resume", 0),
 	OPTION(O_STATE_BY_TASKS, "state-by-tasks", 0),
+	OPTION(O_STATE_ON_HOST, "state-on-host", 0),
 	OPTION(O_DP_EXCHANGE, "dp-exchange", 1),
 	OPTION(O_HELP, "help", 0),
 	[O_END - O_FIRST] = {NULL, 0, NULL, 0},
@@ -380,7 +383,10 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 			cfg->resume = 1;
 			break;
 		case O_STATE_BY_TASKS:
-			cfg->state_by_tasks = 1;
+			cfg->state_on_host = 0;
+			break;
+		case O_STATE_ON_HOST:
+			cfg->state_on_host = 1;
 			break;
 		case O_SIMULATE:
 			/* dos-train's SimGrid build applies it before main (simulate_from_command_line) */
