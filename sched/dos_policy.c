@@ -1374,10 +1374,10 @@ static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned
 	struct starpu_sched_ctx_iterator it;
 	int able = 0;
 	workers->init_iterator(workers, &it);
-	while (workers->has_next(workers, &it)) {
+	while (!able && workers->has_next(workers, &it)) {
 		int w = (int)workers->get_next(workers, &it);
 		unsigned impl;
-		able |= !starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == STARPU_CPU_WORKER &&
+		able = !starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == STARPU_CPU_WORKER &&
 			starpu_worker_can_execute_task_first_impl((unsigned)w, task, &impl);
 	}
 	if (!able)
