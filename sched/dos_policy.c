@@ -604,6 +604,19 @@ static int has_valid_copy(starpu_data_handle_t h)
 	return 0;
 }
 
+/* Whether a prefetch of h to `node` would move anything: not when its copy there is valid
+ * already (StarPU would only mark that copy recently used: the common case of a CPU
+ * update's gradient, which the on_cpu window asks for in host memory, where it lives),
+ * nor when no node has a valid copy (has_valid_copy). One query for the first case,
+ * before the query of every node: a plan asks for a prefetch of each CPU update's
+ * gradient. */
+static int prefetch_has_work(starpu_data_handle_t h, unsigned node)
+{
+	int allocated, valid, loading, requested;
+	starpu_data_query_status2(h, (int)node, &allocated, &valid, &loading, &requested);
+	return !valid && has_valid_copy(h);
+}
+
 /* Prefetches decided under the plan lock are issued after it is released: a prefetch can
  * complete at once and release a task that depends on the data, which StarPU then pushes,
  * from this very thread, into push_task, which takes the plan lock: the thread would wait
@@ -635,7 +648,7 @@ static void issue_deferred_prefetches(struct policy *p)
 	p->deferred = (struct deferred_prefetches){0};
 	unlock_plan(p);
 	for (int i = 0; i < d.n; i++)
-		if (!has_valid_copy(d.at[i].handle))
+		if (!prefetch_has_work(d.at[i].handle, d.at[i].node))
 			continue;
 		else if (d.at[i].idle)
 			starpu_data_idle_prefetch_on_node_prio(d.at[i].handle, d.at[i].node, 1, d.at[i].prio);
