@@ -219,15 +219,10 @@ static int is_planned_update(const struct starpu_task *task)
 	return _dos_is_update(task) && IS_PLACED(task->sched_data);
 }
 
-/* CPU time of the calling thread: what placing and planning cost, as dos.h's statistics
- * promise. Wall time also counts the time the thread waits for a lock or for a processor,
- * which varies with the load. Under SimGrid every simulated thread runs on one system
- * thread: a push that takes a lock lets the others run, and this clock counts them too
- * (results/multigpu-sim-2026-12-02.md measures the decision there with perf instead). */
-static double cpu_seconds_now(void)
+static double seconds_now(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -1331,7 +1326,7 @@ static void report_plan(struct policy *p, uint64_t step, const struct dos_plan_s
  * GPU update, the transfers it starts. */
 static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx)
 {
-	double t0 = cpu_seconds_now();
+	double t0 = seconds_now();
 	STARPU_ASSERT_MSG(s->n <= MAX_STEP_UPDATES, "a step of %d updates: the dos policy plans at most %d", s->n,
 			  MAX_STEP_UPDATES);
 	find_gpus(p, sched_ctx);
@@ -1365,7 +1360,7 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	free(p->last_place);
 	p->last_place = place;
 	p->last_n = s->n;
-	p->stats.plan_seconds += cpu_seconds_now() - t0;
+	p->stats.plan_seconds += seconds_now() - t0;
 	p->stats.plans++;
 }
 
@@ -1375,7 +1370,7 @@ static void record_decision(struct policy *p, double started)
 {
 	lock_plan(p);
 	p->stats.decisions++;
-	p->stats.decision_seconds += cpu_seconds_now() - started;
+	p->stats.decision_seconds += seconds_now() - started;
 	unlock_plan(p);
 }
 
@@ -1493,7 +1488,7 @@ static int push_task(struct starpu_task *task)
 {
 	unsigned ctx = task->sched_ctx;
 	struct policy *p = policy_of(ctx);
-	double t0 = cpu_seconds_now();
+	double t0 = seconds_now();
 	int only_type = -1, gpu_node = -1;
 	if (_dos_is_update(task)) {
 		lock_plan(p);
