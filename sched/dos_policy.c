@@ -1386,7 +1386,7 @@ static int push_to_cpu_pool(struct policy *p, struct starpu_task *task, unsigned
 		int w = (int)workers->get_next(workers, &it);
 		unsigned impl;
 		able = !starpu_worker_is_combined_worker(w) && starpu_worker_get_type(w) == STARPU_CPU_WORKER &&
-			starpu_worker_can_execute_task_first_impl((unsigned)w, task, &impl);
+		       starpu_worker_can_execute_task_first_impl((unsigned)w, task, &impl);
 	}
 	if (!able)
 		return -1;
