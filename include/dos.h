@@ -219,9 +219,9 @@ struct starpu_sched_policy *dos_sched_policy(const char *name);
 
 struct dos_sched_stats {
 	unsigned long decisions;                /* tasks placed */
-	double decision_seconds;                /* CPU time spent placing them, planning included */
+	double decision_seconds;                /* wall time spent placing them, planning included */
 	unsigned long plans;                    /* steps planned */
-	double plan_seconds;                    /* CPU time spent planning */
+	double plan_seconds;                    /* wall time spent planning */
 	unsigned long cpu_updates, gpu_updates; /* update tasks placed on each side */
 	uint64_t last_step;                     /* step number of the last plan */
 	unsigned last_subgroups, last_gpu_subgroups;

@@ -325,13 +325,16 @@ double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_s
 		return best_now;
 	}
 	double best_steady = steady_state_seconds(m, sg, n, out, scratch, steady_place);
-	_dos_plan_all_cpu(n, cand);
-	double all_cpu = _dos_plan_predict(m, sg, n, cand);
+	double all_cpu = NAN; /* predicted only for the candidates that need it: a pass over n */
 	for (int g = 0; g < 2; g++)
 		for (int c = 0; c < 3; c++) {
 			int spend_reserve = c == 2;
 			if ((g == 0 && c == 0) || caps[c] <= 0 || (spend_reserve && m->pooled_gpus > 1))
 				continue;
+			if (spend_reserve && isnan(all_cpu)) {
+				_dos_plan_all_cpu(n, cand);
+				all_cpu = _dos_plan_predict(m, sg, n, cand);
+			}
 			double now = plan_with_resident_cap(m, sg, n, caps[c], goals[g], spend_reserve, cand);
 			if (spend_reserve && !(now <= all_cpu))
 				continue;

@@ -163,16 +163,25 @@ static int choose(const struct dos_worker_queues *q, struct starpu_task *task, u
 	double now = starpu_timing_now();
 	int best = -1, by_length = -1, unknown = 0, calibrating = 0;
 	double best_end = INFINITY, best_len = NAN, least_load = INFINITY, by_length_len = NAN;
+	/* The candidates first, the cheap test (the memory node) before StarPU's: a task
+	 * placed on one GPU's workers would otherwise ask StarPU about every worker of the
+	 * machine. With one candidate, there is no finish time to compare: no transfer
+	 * prediction (a bus model query per buffer). */
+	int room = workers->nworkers > 0 ? (int)workers->nworkers : 1, candidate[room], ncandidates = 0;
+	unsigned impl_of[room];
 	/* skips the workers that a parallel section of another context has booked */
 	workers->init_iterator_for_parallel_tasks(workers, &it, task);
 	while (workers->has_next(workers, &it)) {
 		int w = (int)workers->get_next(workers, &it);
-		unsigned impl;
-		if (!can_run(w, task, only_type, &impl) ||
-		    (only_node >= 0 && (starpu_worker_is_combined_worker(w) ||
-					starpu_worker_get_memory_node((unsigned)w) != (unsigned)only_node)))
+		if (only_node >= 0 && (starpu_worker_is_combined_worker(w) ||
+				       starpu_worker_get_memory_node((unsigned)w) != (unsigned)only_node))
 			continue;
-		double len = starpu_task_worker_expected_length(task, (unsigned)w, sched_ctx, impl);
+		if (ncandidates < room && can_run(w, task, only_type, &impl_of[ncandidates]))
+			candidate[ncandidates++] = w;
+	}
+	for (int c = 0; c < ncandidates; c++) {
+		int w = candidate[c];
+		double len = starpu_task_worker_expected_length(task, (unsigned)w, sched_ctx, impl_of[c]);
 		double load = (tasks_ahead(q, w) + 1) /
 			      starpu_worker_get_relative_speedup(starpu_worker_get_perf_archtype(w, sched_ctx));
 		if (isnan(len) && !calibrating) { /* from now on, only workers still calibrating */
@@ -187,6 +196,11 @@ static int choose(const struct dos_worker_queues *q, struct starpu_task *task, u
 		if (!(len > 0)) {
 			unknown = 1;
 			continue;
+		}
+		if (ncandidates == 1) { /* nothing to compare its finish with */
+			best = w;
+			best_len = len;
+			break;
 		}
 		double xfer = starpu_task_expected_data_transfer_time_for(task, (unsigned)w);
 		double end = free_at(q, w, now) + (isfinite(xfer) ? xfer : 0) + len;
