@@ -821,6 +821,21 @@ static void learn_from_evictions(struct policy *p, const struct step_tasks *s, c
 		p->eviction_margin_bytes = fmax(p->eviction_margin_bytes, evicted - grown);
 }
 
+/* The share of the GPU memory StarPU charges for the state of step s's subgroups that the
+ * state itself fills (below 1 where its buffers are small enough for StarPU's
+ * suballocator, rates.c): the plans count the state's own bytes against a budget scaled
+ * by it. */
+static double state_packing(const struct step_tasks *s, const struct dos_plan_subgroup *sg)
+{
+	double state = 0, charged = 0;
+	for (int i = 0; i < s->n; i++) {
+		double buffer = sg[i].params * (DOS_STATE_BYTES_PER_PARAM / DOS_ADAM_STATE_BUFFERS);
+		state += DOS_ADAM_STATE_BUFFERS * buffer;
+		charged += DOS_ADAM_STATE_BUFFERS * _dos_gpu_charged_bytes(buffer);
+	}
+	return charged > 0 ? state / charged : 1.0;
+}
+
 /* The cost model of step s's plan (plan lock held): the machine as StarPU measures it
  * (rates.c), with each GPU's memory left after the forecast of what the application
  * keeps there, and what the rest of the iteration leaves of the GPUs and their links.
@@ -850,6 +865,7 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 	learn_from_evictions(p, s, sg);
 	double reserve[MAX_GPUS] = {0}, extra[MAX_GPUS] = {0}, homed[MAX_GPUS];
 	gpu_homed_inputs_bytes(p, s, homed);
+	double packing = state_packing(s, sg);
 	p->stats.app_forecast_bytes = 0;
 	p->stats.app_forecast_learned = 0;
 	for (int k = 0; k < p->ngpus; k++) {
@@ -860,10 +876,11 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 			p->stats.app_forecast_learned = learned;
 		}
 		reserve[k] = app + p->eviction_margin_bytes + p->declared_reserve_bytes + homed[k];
-		p->gpu[k].budget_bytes = _dos_gpu_budget_bytes((unsigned)p->gpu[k].node, reserve[k]);
+		p->gpu[k].budget_bytes = packing * _dos_gpu_budget_bytes((unsigned)p->gpu[k].node, reserve[k]);
 		p->gpu[k].update_extra_bytes = extra[k];
 	}
 	_dos_measure_costs(first, u.params, sched_ctx, &homes, reserve[0], m, calibrated);
+	m->gpu_budget_bytes *= packing;
 	m->gpu_update_extra_bytes = extra[0];
 	/* The rest of the iteration: each GPU's application work queued now (StarPU's
 	 * predictions of the tasks in its queue; read without its lock: a hint) comes before
@@ -1545,7 +1562,7 @@ static int place_state_init(struct policy *p, struct starpu_task *task, unsigned
 	}
 	double bytes = 0;
 	for (unsigned b = 0; b < STARPU_TASK_GET_NBUFFERS(task); b++)
-		bytes += (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, b));
+		bytes += _dos_gpu_charged_bytes((double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, b)));
 	struct gpu_plan *g = &p->gpu[0];
 	double extra;
 	int learned;

@@ -40,6 +40,10 @@ void _dos_gpu_link_shares(const unsigned *nodes, int ngpus, double *h2d, double 
  * and `reserved_gpu_bytes` (the application's forecast, homed inputs, reserves). */
 double _dos_gpu_budget_bytes(unsigned node, double reserved_gpu_bytes);
 
+/* The GPU memory StarPU charges for one buffer of `bytes` (its suballocator packs small
+ * buffers into chunks). */
+double _dos_gpu_charged_bytes(double bytes);
+
 /* What staging keeps free on GPU memory node `node` beyond that margin
  * (cost_model.h: staging_margin_bytes). */
 double _dos_gpu_staging_margin_bytes(unsigned node);

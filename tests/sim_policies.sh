@@ -8,7 +8,8 @@
 # once its use is measured; on the 4-GPU node dos uses every GPU within its limit, near
 # the bound that counts them all, and a training iteration there takes at most 1.5x one
 # GPU's; a fresh run's state created by tasks makes the first iteration cheap, lands where
-# the plan keeps it, and leaves dos no slower than dmda. Writes a test-suite-style summary (# PASS / # FAIL
+# the plan keeps it, and leaves dos no slower than dmda; subgroups small enough for
+# StarPU's suballocator that overflow the GPU complete. Writes a test-suite-style summary (# PASS / # FAIL
 # lines) to the file named by $2.
 #
 # Usage: tests/sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE
@@ -60,6 +61,19 @@ run_case() {
 	[[ $home_lines == 3 ]]
 	check "$label: all state valid on the host after the flush (3 policies)" $?
 }
+
+# Subgroups small enough for StarPU's suballocator (8e5 parameters: 3.2 MB buffers, ten
+# to a 32 MiB chunk) whose state overflows the whole GPU: the plan counts the chunks StarPU
+# charges, not the buffers' bytes; counting bytes, the resident state it pinned left the
+# staged updates no room and SimGrid found StarPU deadlocked at 4.1 simulated s.
+small_out=$home/suballocated.txt
+(
+	eval "$("$top"/tools/sim-env.sh h100-pcie5 "$home/suballocated")"
+	timeout 600 "$bench" optimizer --params 8e9 --subgroup 8e5 --steps 1 --policies dos >"$small_out" 2>&1
+)
+! grep -q 'Deadlock detected' "$small_out" && awk '$1 == "dos" && $2 + 0 > 0 {ok = 1} END {exit !ok}' "$small_out" &&
+	grep -q 'state valid on the host after it: \([0-9]*\) of \1 handles' "$small_out"
+check "h100-pcie5: 8e9 params in 10,000 suballocated subgroups: dos completes, state home ($(awk '$1 == "dos" {print $2}' "$small_out") ms)" $?
 
 python3 "$top"/tools/gen-machine.py --check >/dev/null
 check "sched/machines matches tools/gen-machine.py" $?
