@@ -1696,10 +1696,35 @@ static struct starpu_task *take_from_cpu_pool(struct policy *p, int w)
 	return task;
 }
 
-/* A worker runs its own queue first, then pooled CPU updates, then what it may take
- * from other workers' queues. A worker removed from the context (StarPU lets it pop
- * there until it finds nothing) hands its queue over to the workers that remain, and
- * takes pooled updates only when no CPU worker remains to take them. */
+/* Whether CPU worker w should take a pooled update before its own queue: when the
+ * queue's next task does not outrank the first pooled update. A ready update is the
+ * step's critical work (the next forward waits for its weights, on every rank of a
+ * data-parallel job), while a CPU worker's queue may hold hundreds of milliseconds of
+ * other ready tasks (the scatter exchange's sums and chunk copies): taken only once the
+ * queue was empty, a CPU update waited behind all of them, and the forward of the next
+ * step with it (7b on 8 simulated nodes: results/cluster-scaling-sim-2026-12-02.md). A
+ * micro-batch ranked above the optimizer (train.c) still goes first. */
+static int pool_first(struct policy *p, int w)
+{
+	const struct starpu_task *queued = _dos_queues_front(&p->queues, w);
+	int first = 0;
+	if (!queued)
+		return 0;
+	starpu_worker_relax_on();
+	STARPU_PTHREAD_MUTEX_LOCK(&p->pool_lock);
+	starpu_worker_relax_off();
+	if (!starpu_task_list_empty(&p->cpu_pool))
+		first = starpu_task_list_front(&p->cpu_pool)->priority >= queued->priority;
+	STARPU_PTHREAD_MUTEX_UNLOCK(&p->pool_lock);
+	return first;
+}
+
+/* A CPU worker runs pooled CPU updates before the tasks of its queue that do not outrank
+ * them (pool_first); otherwise a worker runs its own queue first, then pooled CPU
+ * updates, then what it may take from other workers' queues. A worker removed from the
+ * context (StarPU lets it pop there until it finds nothing) hands its queue over to the
+ * workers that remain, and takes pooled updates only when no CPU worker remains to take
+ * them. */
 static struct starpu_task *pop_task(unsigned sched_ctx)
 {
 	struct policy *p = policy_of(sched_ctx);
@@ -1708,8 +1733,10 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
 	int cpu = starpu_worker_get_type(w) == STARPU_CPU_WORKER;
 	if (!member)
 		_dos_queues_hand_over(&p->queues, w, sched_ctx);
-	struct starpu_task *task =
-		_dos_queues_pop(&p->queues, w, starpu_worker_get_type(w) == STARPU_CUDA_WORKER ? next_gpu_task : NULL);
+	struct starpu_task *task = cpu && member && pool_first(p, w) ? take_from_cpu_pool(p, w) : NULL;
+	if (!task)
+		task = _dos_queues_pop(&p->queues, w,
+				       starpu_worker_get_type(w) == STARPU_CUDA_WORKER ? next_gpu_task : NULL);
 	if (!task && cpu && (member || _dos_count_workers_of_type(sched_ctx, STARPU_CPU_WORKER) == 0))
 		task = take_from_cpu_pool(p, w);
 	if (!task && member)

@@ -302,6 +302,11 @@ static void started(struct dos_worker_queues *q, int w, const struct starpu_task
 	q->of[w].running_end_us = starpu_timing_now() + (unclaimed(task) ? 0 : task->predicted);
 }
 
+const struct starpu_task *_dos_queues_front(const struct dos_worker_queues *q, int w)
+{
+	return starpu_task_list_empty(&q->of[w].tasks) ? NULL : starpu_task_list_front(&q->of[w].tasks);
+}
+
 struct starpu_task *_dos_queues_pop(struct dos_worker_queues *q, int w,
 				    struct starpu_task *(*pick)(struct starpu_task_list *tasks, int w))
 {

@@ -44,6 +44,10 @@ int _dos_queues_choose_on_node(const struct dos_worker_queues *q, struct starpu_
 void _dos_queues_push(struct dos_worker_queues *q, struct starpu_task *task, int worker, double predicted_us,
 		      int prefetch);
 
+/* The task at the front of worker w's queue (the next by priority), or NULL; it stays
+ * queued. Called by w in its pop_task. */
+const struct starpu_task *_dos_queues_front(const struct dos_worker_queues *q, int w);
+
 /* The next task of worker w's queue, or NULL; `pick` chooses it among the queued tasks
  * (the front when NULL). Called by w in its pop_task. */
 struct starpu_task *_dos_queues_pop(struct dos_worker_queues *q, int w,

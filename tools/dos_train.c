@@ -210,7 +210,8 @@ struct accounting {
 	pthread_mutex_t lock;
 	uint64_t microbatches_submitted; /* embedding forwards: accumulation per step */
 	uint32_t accumulation;
-	double busy[DOS_TASK_PHASES]; /* task seconds, summed over workers */
+	double busy[DOS_TASK_PHASES];      /* task seconds, summed over workers */
+	double busy_cuda[DOS_TASK_PHASES]; /* the part of busy[] that CUDA workers ran */
 	uint64_t updates_cpu, updates_gpu;
 	/* the model's matrix products (the codelets whose perfmodel counts floating-point
 	 * operations), by worker type: 0 CPU, 1 CUDA */
@@ -299,6 +300,8 @@ static void account_task(void *arg)
 		double end = starpu_timing_timespec_to_us(&info->end_time);
 		pthread_mutex_lock(&w->acc->lock);
 		w->acc->busy[w->phase] += seconds;
+		if (starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER)
+			w->acc->busy_cuda[w->phase] += seconds;
 		if (w->flops > 0) {
 			int on_gpu = starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER;
 			w->acc->product_flops[on_gpu] += w->flops;
@@ -766,8 +769,10 @@ static void print_summary(const struct train_options *o, const struct dos_train_
 		printf("dos-train: resumed after step %llu from %s\n", (unsigned long long)out->resumed_from,
 		       out->resumed_path);
 	uint64_t tokens = steps_run * (uint64_t)cfg->accumulation * ranks * cfg->micro_batch * cfg->shape.seq_len;
-	for (int p = 0; p < DOS_TASK_PHASES; p++) /* the job's, over every rank's workers */
+	for (int p = 0; p < DOS_TASK_PHASES; p++) { /* the job's, over every rank's workers */
 		acc->busy[p] = _dos_dp_sum(acc->busy[p]);
+		acc->busy_cuda[p] = _dos_dp_sum(acc->busy_cuda[p]);
+	}
 	acc->updates_cpu = (uint64_t)_dos_dp_sum((double)acc->updates_cpu);
 	acc->updates_gpu = (uint64_t)_dos_dp_sum((double)acc->updates_gpu);
 	for (int g = 0; g < 2; g++) {
@@ -805,6 +810,11 @@ static void print_summary(const struct train_options *o, const struct dos_train_
 	printf("summary: task time by phase (summed over workers):");
 	for (int p = 0; p < DOS_TASK_PHASES; p++)
 		printf(" %s %.2f s%s", _dos_task_phase_name((enum _dos_task_phase)p), acc->busy[p],
+		       p + 1 < DOS_TASK_PHASES ? "," : "\n");
+	/* where the exchange's copies ran is where their data crossed the link, or did not */
+	printf("summary: of which on CUDA workers:");
+	for (int p = 0; p < DOS_TASK_PHASES; p++)
+		printf(" %s %.2f s%s", _dos_task_phase_name((enum _dos_task_phase)p), acc->busy_cuda[p],
 		       p + 1 < DOS_TASK_PHASES ? "," : "\n");
 	/* Against `dos-bench gemm` (one OpenBLAS thread; cuBLAS per precision): the share of
 	 * the machine's product rate that forward and backward reach. */
