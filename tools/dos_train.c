@@ -298,12 +298,12 @@ static void account_task(void *arg)
 		double seconds = starpu_timing_timespec_delay_us(&info->start_time, &info->end_time) * 1e-6;
 		double start = starpu_timing_timespec_to_us(&info->start_time);
 		double end = starpu_timing_timespec_to_us(&info->end_time);
+		int on_gpu = starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER;
 		pthread_mutex_lock(&w->acc->lock);
 		w->acc->busy[w->phase] += seconds;
-		if (starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER)
+		if (on_gpu)
 			w->acc->busy_cuda[w->phase] += seconds;
 		if (w->flops > 0) {
-			int on_gpu = starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER;
 			w->acc->product_flops[on_gpu] += w->flops;
 			w->acc->product_seconds[on_gpu] += seconds;
 		}
@@ -318,7 +318,7 @@ static void account_task(void *arg)
 				      starpu_timing_timespec_to_us(&info->push_start_time));
 			if (w->record_interval)
 				intervals_add(&w->acc->updates, start, end);
-			if (starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER)
+			if (on_gpu)
 				w->acc->updates_gpu++;
 			else
 				w->acc->updates_cpu++;
@@ -759,6 +759,14 @@ static void print_header(const struct train_options *o, const struct dos_train_c
 #define CLOCK ""
 #endif
 
+static void print_phase_seconds(const char *label, const double seconds[DOS_TASK_PHASES])
+{
+	printf("summary: %s:", label);
+	for (int p = 0; p < DOS_TASK_PHASES; p++)
+		printf(" %s %.2f s%s", _dos_task_phase_name((enum _dos_task_phase)p), seconds[p],
+		       p + 1 < DOS_TASK_PHASES ? "," : "\n");
+}
+
 /* The summary of a finished run: losses, times, where the updates ran. */
 static void print_summary(const struct train_options *o, const struct dos_train_config *cfg,
 			  const struct dos_train_output *out, struct progress *pr, struct accounting *acc)
@@ -807,15 +815,9 @@ static void print_summary(const struct train_options *o, const struct dos_train_
 	}
 	print_steady_iteration(pr, CLOCK);
 	print_gradient_tail(acc, steps_run < acc->steps ? steps_run : acc->steps, CLOCK);
-	printf("summary: task time by phase (summed over workers):");
-	for (int p = 0; p < DOS_TASK_PHASES; p++)
-		printf(" %s %.2f s%s", _dos_task_phase_name((enum _dos_task_phase)p), acc->busy[p],
-		       p + 1 < DOS_TASK_PHASES ? "," : "\n");
+	print_phase_seconds("task time by phase (summed over workers)", acc->busy);
 	/* where the exchange's copies ran is where their data crossed the link, or did not */
-	printf("summary: of which on CUDA workers:");
-	for (int p = 0; p < DOS_TASK_PHASES; p++)
-		printf(" %s %.2f s%s", _dos_task_phase_name((enum _dos_task_phase)p), acc->busy_cuda[p],
-		       p + 1 < DOS_TASK_PHASES ? "," : "\n");
+	print_phase_seconds("of which on CUDA workers", acc->busy_cuda);
 	/* Against `dos-bench gemm` (one OpenBLAS thread; cuBLAS per precision): the share of
 	 * the machine's product rate that forward and backward reach. */
 	for (int g = 0; g < 2; g++)

@@ -66,7 +66,7 @@ static void usage(FILE *f)
 		   "                       (the default with at most one GPU: state created on the GPU\n"
 		   "                       does not cross the link); the same values (a resumed run,\n"
 		   "                       and a node of several GPUs, copy it on the host)\n"
-		   "  --state-by-tasks     the default, made explicit\n"
+		   "  --state-by-tasks     the default, made explicit (with the same exceptions)\n"
 		   "scheduling:\n"
 		   "  --policy NAME        dos (default), all-cpu, stride, resident, or a StarPU policy\n"
 		   "                       (dmda, dmdas, eager, lws, ...); STARPU_SCHED overrides it\n"
