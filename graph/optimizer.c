@@ -385,21 +385,33 @@ static void submit_gather(struct _dos_optimizer *opt, uint32_t s)
 static void submit_refresh(struct _dos_optimizer *opt, uint32_t t)
 {
 	const struct dos_subgroup_map *map = &opt->map;
-	uint32_t first = map->tensor_first[t], count = map->tensor_first[t + 1] - first;
-	starpu_data_handle_t sources[count];
-	struct dos_flat_piece pieces[count];
+	uint32_t first = map->tensor_first[t], count = map->tensor_first[t + 1] - first, n = 0;
+	/* a scatter job reads each piece from up to one chunk per rank */
+	size_t most = (size_t)count * (opt->scatter ? (size_t)_dos_dp_size(&opt->cfg.dp) : 1);
+	starpu_data_handle_t *sources = malloc(most * sizeof *sources);
+	struct dos_flat_piece *pieces = malloc(most * sizeof *pieces);
+	STARPU_ASSERT_MSG(sources && pieces, "out of memory building the weight refresh of tensor %u", t);
 	for (uint32_t k = 0; k < count; k++) {
 		const struct dos_piece *p = &map->pieces[first + k];
-		sources[k] = updated_weights(opt)[p->subgroup];
-		pieces[k] = (struct dos_flat_piece){.source = k,
+		starpu_data_handle_t whole = updated_weights(opt)[p->subgroup];
+		if (opt->scatter) {
+			n += _dos_scatter_refresh_pieces(opt->scatter, p->subgroup, whole, p->subgroup_offset, p->len,
+							 p->tensor_offset, sources, n, pieces + n);
+			continue;
+		}
+		sources[n] = whole;
+		pieces[n] = (struct dos_flat_piece){.source = n,
 						    .source_offset = p->subgroup_offset,
 						    .destination_offset = p->tensor_offset,
 						    .len = p->len};
+		n++;
 	}
 	struct starpu_task *task;
 	int err = _dos_flat_copy_task_create(&opt->tensor_weight[t], 1, opt->cfg.tensor_dtype, sources,
-					     opt->cfg.weight_dtype, count, pieces, count, opt->cfg.sched_ctx, &task);
+					     opt->cfg.weight_dtype, n, pieces, n, opt->cfg.sched_ctx, &task);
 	STARPU_ASSERT_MSG(err == 0, "out of memory building the weight refresh of tensor %u", t);
+	free(sources);
+	free(pieces);
 	if (opt->copies_on_gpu)
 		task->where = STARPU_CUDA;
 	submit_task(opt, task, DOS_TASK_REFRESH, DOS_NO_SUBGROUP);

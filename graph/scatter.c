@@ -230,6 +230,7 @@ void _dos_scatter_submit_weights(struct _dos_scatter *x, starpu_data_handle_t *w
 							     message_index(x, s, c));
 			continue;
 		}
+		/* no copy puts them together: the refresh reads the chunks (_dos_scatter_refresh_pieces) */
 		for (uint32_t c = 0; c < k; c++) {
 			starpu_data_handle_t h = *slot(x->weight_chunk, x, s, c);
 			/* from the owner: its own chunk and this rank's; the others from their rank */
@@ -240,8 +241,35 @@ void _dos_scatter_submit_weights(struct _dos_scatter *x, starpu_data_handle_t *w
 					if (r != owner && r != x->rank)
 						_dos_dp_send(h, r, DOS_DP_WEIGHT_CHUNK, message_index(x, s, c));
 		}
-		submit_chunk_copy(x, s, 0, whole, slot(x->weight_chunk, x, s, 0), cfg->weight_dtype, DOS_TASK_REFRESH);
 	}
+}
+
+uint32_t _dos_scatter_refresh_pieces(const struct _dos_scatter *x, uint32_t s, starpu_data_handle_t whole, uint64_t at,
+				     uint64_t len, uint64_t destination_offset, starpu_data_handle_t *sources,
+				     uint32_t nsources, struct dos_flat_piece *pieces)
+{
+	const struct dos_data_parallel *dp = &x->ctx.cfg->dp;
+	if (_dos_dp_owner(dp, x->ctx.map->nsubgroups, s) == x->rank) { /* the update wrote it whole here */
+		sources[nsources] = whole;
+		pieces[0] = (struct dos_flat_piece){
+			.source = nsources, .source_offset = at, .destination_offset = destination_offset, .len = len};
+		return 1;
+	}
+	uint64_t sublen = _dos_subgroup_len(x->ctx.map, s);
+	uint32_t k = nchunks(x, s), n = 0, c = 0;
+	for (uint64_t end = at + len; at < end; n++) {
+		while (chunk_begin(sublen, k, c + 1) <= at)
+			c++;
+		uint64_t chunk_end = chunk_begin(sublen, k, c + 1), take = (end < chunk_end ? end : chunk_end) - at;
+		sources[nsources + n] = *slot(x->weight_chunk, x, s, c);
+		pieces[n] = (struct dos_flat_piece){.source = nsources + n,
+						    .source_offset = at - chunk_begin(sublen, k, c),
+						    .destination_offset = destination_offset,
+						    .len = take};
+		at += take;
+		destination_offset += take;
+	}
+	return n;
 }
 
 void _dos_scatter_drop(struct _dos_scatter *x)

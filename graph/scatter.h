@@ -9,7 +9,9 @@
  *              owner, which puts the chunks together;
  *   weights    the owner cuts the updated weights into the same chunks and sends chunk c
  *              to rank c, which passes it on to every other rank (the owner's own chunk
- *              it sends to all); every rank puts them together for the weight refresh.
+ *              it sends to all); every rank's weight refresh reads the chunks where they
+ *              arrived (no copy puts them together: on each rank that would be one pass
+ *              over the model's updated weights per step, in series on its CPU worker).
  *
  * Each link then carries about one subgroup per subgroup each way, whatever the number of
  * ranks, and the last subgroup's gradient reaches its owner two messages after the end of
@@ -22,6 +24,7 @@
 
 #include <starpu.h>
 
+#include "flat.h"
 #include "optimizer.h"
 #include "subgroups.h"
 
@@ -47,9 +50,18 @@ void _dos_scatter_destroy(struct _dos_scatter *x);
 /* Submits one step's gradient exchange: afterwards grad[s] of every subgroup s this rank
  * owns holds the job's summed gradient. */
 void _dos_scatter_submit_gradients(struct _dos_scatter *x, starpu_data_handle_t *grad);
-/* Submits one step's weight exchange: afterwards weights[s] (the updated weights the
- * refresh reads) of every subgroup holds its owner's on every rank. */
+/* Submits one step's weight exchange: afterwards every rank has the owner's updated
+ * weights of every subgroup s, in weights[s] on the owner and in the received chunks
+ * elsewhere (where _dos_scatter_refresh_pieces points the refresh). */
 void _dos_scatter_submit_weights(struct _dos_scatter *x, starpu_data_handle_t *weights);
+/* The sources of a weight refresh that copies [at, at + len) of subgroup s's updated
+ * weights to `destination_offset` of its tensor: `whole` (the subgroup's updated weights)
+ * where this rank owns s, else the chunks received from the others, read in place (one
+ * source per chunk the range crosses). Writes the sources at sources[nsources...] and
+ * their pieces at pieces[0...]; returns how many (at most the rank count). */
+uint32_t _dos_scatter_refresh_pieces(const struct _dos_scatter *x, uint32_t s, starpu_data_handle_t whole, uint64_t at,
+				     uint64_t len, uint64_t destination_offset, starpu_data_handle_t *sources,
+				     uint32_t nsources, struct dos_flat_piece *pieces);
 /* Drops the chunks of the step just submitted once their last reader has run, so that no
  * dead copy of them is ever written back over a link. */
 void _dos_scatter_drop(struct _dos_scatter *x);
