@@ -176,6 +176,8 @@ struct policy {
 	struct deferred_prefetches deferred; /* decided under the plan lock, issued after */
 	int said_no_gpu_room;                /* the no-GPU-room warning is printed once */
 	int verbose;                         /* DOS_SCHED_VERBOSE: 1 a summary, 2 also each plan */
+	/* the optimizer's own data, which no GPU's forecast counts as the application's */
+	struct dos_app_exclusions optimizer_data;
 	/* the GPUs planned for: the context's, known before the first plan so that the
 	 * forecasts of the application's memory learn from the first forward and backward */
 	int ngpus;
@@ -300,7 +302,7 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 			"starpu-dos: DOS_GPU_FORECAST = '%s' is neither 'learned' nor 'declared'; using learned\n",
 			forecast);
 	for (int k = 0; k < MAX_GPUS; k++)
-		_dos_app_memory_init(&p->gpu[k].app_memory);
+		_dos_app_memory_init(&p->gpu[k].app_memory, &p->optimizer_data);
 	_dos_update_codelets_from_env();
 	p->foreign_step = 1;
 	for (int i = 0; i < STEP_SLOTS; i++)
@@ -379,6 +381,7 @@ static void deinit_policy(unsigned sched_ctx)
 		free(p->gpu[k].resident.entries);
 		_dos_app_memory_free(&p->gpu[k].app_memory);
 	}
+	_dos_app_exclusions_free(&p->optimizer_data);
 	free(p->on_cpu.entries);
 	free(p->last_place);
 	free(p);
@@ -543,10 +546,15 @@ static void submit_hook(struct starpu_task *task)
 	 * application's data: its GPU copy lives from the task that makes it there (the
 	 * gather, the GPU update) to the last that uses it (the update, the refresh), which
 	 * post_exec_hook records for the update. */
-	for (int r = 0; r < u.step_data_end; r++)
-		if (r < DOS_ADAM_STATE_BUFFERS || home_is_gpu(_dos_update_handle(task, &u, r)))
-			for (int k = 0; k < p->ngpus; k++)
-				_dos_app_memory_exclude(&p->gpu[k].app_memory, _dos_update_handle(task, &u, r));
+	for (int r = 0; r < u.step_data_end; r++) {
+		starpu_data_handle_t h = _dos_update_handle(task, &u, r);
+		if (r >= DOS_ADAM_STATE_BUFFERS && !home_is_gpu(h))
+			continue;
+		int added = _dos_app_exclusions_add(&p->optimizer_data, h);
+		STARPU_ASSERT_MSG(added >= 0, "out of memory for %lu optimizer handles", p->optimizer_data.count + 1);
+		for (int k = 0; added && k < p->ngpus; k++) /* uses recorded before it was known */
+			_dos_app_memory_exclude(&p->gpu[k].app_memory, h);
+	}
 	/* as many updates as the last step had: this one is complete */
 	if (p->counted == p->last_step_size)
 		close_step(p, s, ctx, &release);
