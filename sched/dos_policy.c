@@ -763,7 +763,8 @@ static void gpu_homed_inputs_bytes(const struct policy *p, const struct step_tas
 		const struct _dos_update_view *u = &s->views[i];
 		for (int r = DOS_ADAM_BUF_GRAD; r < u->step_data_end; r++) {
 			starpu_data_handle_t h = _dos_update_handle(s->tasks[i], u, r);
-			int k = home_is_gpu(h) ? gpu_index_of_node(p, (unsigned)starpu_data_get_home_node(h)) : -1;
+			int home = starpu_data_get_home_node(h); /* p->gpu holds CUDA nodes only */
+			int k = home >= 0 ? gpu_index_of_node(p, (unsigned)home) : -1;
 			if (k >= 0)
 				bytes[k] += (double)starpu_data_get_size(h);
 		}
