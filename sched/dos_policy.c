@@ -1280,7 +1280,8 @@ static int start_transfers(struct policy *p, struct step_tasks *s, const struct 
 		struct fetch_window *w = window_of(p, place[i], k);
 		if (place[i] == DOS_PLACE_GPU_TRANSIENT)
 			staged_bytes[k] += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
-		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i], k, window_add(w, s->tasks[i], &s->views[i]), p->generation);
+		s->tasks[i]->sched_data =
+			PLACEMENT_TAG(place[i], k, window_add(w, s->tasks[i], &s->views[i]), p->generation);
 		if (place[i] == DOS_PLACE_CPU_THEN_RESIDENT)
 			resident_bytes[k] += sg[i].params * DOS_STATE_BYTES_PER_PARAM; /* arrives after */
 		if (place[i] == DOS_PLACE_CPU || place[i] == DOS_PLACE_CPU_THEN_RESIDENT)

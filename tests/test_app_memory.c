@@ -26,7 +26,8 @@ int main(void)
 	struct dos_app_memory am;
 	struct dos_app_exclusions optimizer = {0};
 	_dos_app_memory_init(&am, &optimizer);
-	CHECK(_dos_app_exclusions_add(&optimizer, &opt_state) == 1 && _dos_app_exclusions_add(&optimizer, &opt_state) == 0,
+	CHECK(_dos_app_exclusions_add(&optimizer, &opt_state) == 1 &&
+		      _dos_app_exclusions_add(&optimizer, &opt_state) == 0,
 	      "an exclusion added twice is new only the first time");
 	CHECK(_dos_app_exclusions_has(&optimizer, &opt_state) && !_dos_app_exclusions_has(&optimizer, &weight),
 	      "the exclusions hold what was added, and only that");
