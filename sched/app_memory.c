@@ -34,9 +34,57 @@
 
 #define INITIAL_CAPACITY 1024ul
 
-void _dos_app_memory_init(struct dos_app_memory *am)
+static unsigned long key_hash(const void *key, unsigned long capacity)
+{
+	uint64_t h = (uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull;
+	return (unsigned long)(h >> 20) & (capacity - 1);
+}
+
+/* The slot of `key` in x, or the empty slot where it goes. */
+static unsigned long exclusion_slot(const struct dos_app_exclusions *x, const void *key)
+{
+	unsigned long i = key_hash(key, x->capacity);
+	while (x->keys[i] && x->keys[i] != key)
+		i = (i + 1) & (x->capacity - 1);
+	return i;
+}
+
+int _dos_app_exclusions_add(struct dos_app_exclusions *x, const void *key)
+{
+	if (x->capacity && x->keys[exclusion_slot(x, key)] == key)
+		return 0;
+	if (2 * (x->count + 1) > x->capacity) {
+		struct dos_app_exclusions grown = {.capacity = x->capacity ? 2 * x->capacity : INITIAL_CAPACITY};
+		grown.keys = calloc(grown.capacity, sizeof *grown.keys);
+		if (!grown.keys)
+			return -1;
+		for (unsigned long i = 0; i < x->capacity; i++)
+			if (x->keys[i])
+				grown.keys[exclusion_slot(&grown, x->keys[i])] = x->keys[i];
+		grown.count = x->count;
+		free(x->keys);
+		*x = grown;
+	}
+	x->keys[exclusion_slot(x, key)] = key;
+	x->count++;
+	return 1;
+}
+
+int _dos_app_exclusions_has(const struct dos_app_exclusions *x, const void *key)
+{
+	return x && x->capacity && x->keys[exclusion_slot(x, key)] == key;
+}
+
+void _dos_app_exclusions_free(struct dos_app_exclusions *x)
+{
+	free(x->keys);
+	memset(x, 0, sizeof *x);
+}
+
+void _dos_app_memory_init(struct dos_app_memory *am, const struct dos_app_exclusions *exclusions)
 {
 	memset(am, 0, sizeof *am);
+	am->exclusions = exclusions;
 }
 
 void _dos_app_memory_free(struct dos_app_memory *am)
@@ -48,15 +96,14 @@ void _dos_app_memory_free(struct dos_app_memory *am)
 
 static unsigned long slot_of(const struct dos_app_memory *am, const void *key)
 {
-	uint64_t h = (uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull;
-	unsigned long i = (unsigned long)(h >> 20) & (am->capacity - 1);
+	unsigned long i = key_hash(key, am->capacity);
 	while (am->entries[i].key && am->entries[i].key != key)
 		i = (i + 1) & (am->capacity - 1);
 	return i;
 }
 
-/* Rebuilds the table at `capacity`; with `only_recent`, keeps only the entries used in
- * the current iteration and the exclusions. */
+/* Rebuilds the table at `capacity`; with `only_recent`, without the entries marked
+ * unused by the last plan. */
 static int rebuild(struct dos_app_memory *am, unsigned long capacity, int only_recent)
 {
 	struct dos_app_entry *old = am->entries;
@@ -69,7 +116,7 @@ static int rebuild(struct dos_app_memory *am, unsigned long capacity, int only_r
 	am->count = 0;
 	for (unsigned long i = 0; i < old_capacity; i++) {
 		const struct dos_app_entry *e = &old[i];
-		if (!e->key || (only_recent && !e->seen && !e->excluded))
+		if (!e->key || (only_recent && e->unused))
 			continue;
 		am->entries[slot_of(am, e->key)] = *e;
 		am->count++;
@@ -94,11 +141,11 @@ static struct dos_app_entry *entry(struct dos_app_memory *am, const void *key)
 
 void _dos_app_memory_exclude(struct dos_app_memory *am, const void *key)
 {
-	struct dos_app_entry *e = entry(am, key);
-	if (e)
+	if (!am->capacity)
+		return;
+	struct dos_app_entry *e = &am->entries[slot_of(am, key)];
+	if (e->key == key)
 		e->excluded = 1;
-	else
-		am->incomplete = 1;
 }
 
 /* The value e held ended at its last use: kept for the peaks of this iteration. Returns
@@ -120,7 +167,7 @@ static int end_value(struct dos_app_memory *am, const struct dos_app_entry *e)
 void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double bytes, int always_there, int reads,
 			 double start, double end)
 {
-	if (!am->started)
+	if (!am->started || _dos_app_exclusions_has(am->exclusions, key))
 		return;
 	struct dos_app_entry *e = entry(am, key);
 	if (!e) {
@@ -154,7 +201,7 @@ void _dos_app_memory_use(struct dos_app_memory *am, const void *key, double byte
 
 void _dos_app_memory_update_use(struct dos_app_memory *am, const void *key, int reads, double when)
 {
-	if (!am->started || !am->capacity)
+	if (!am->started || !am->capacity || _dos_app_exclusions_has(am->exclusions, key))
 		return;
 	if (!reads) {
 		struct dos_app_entry *e = entry(am, key);
@@ -197,26 +244,10 @@ static int by_time_starts_first(const void *a, const void *b)
 	return (x->delta < y->delta) - (x->delta > y->delta); /* additions before removals */
 }
 
-/* Peaks of live bytes over [begin, end] and over [begin, window_end]. */
-static int peaks(const struct dos_app_memory *am, double begin, double end, double window_end, double *whole,
-		 double *window)
+/* Peaks of the live bytes of events ev[0..n) (sorted here) over the whole span and up
+ * to window_end. */
+static void peaks(struct event *ev, size_t n, double window_end, double *whole, double *window)
 {
-	struct event *ev = malloc(2 * (am->count + am->nended + 1) * sizeof *ev);
-	if (!ev)
-		return -1;
-	size_t n = 0;
-	for (unsigned long i = 0; i < am->nended; i++) {
-		ev[n++] = (struct event){am->ended[i].from, am->ended[i].bytes};
-		ev[n++] = (struct event){am->ended[i].to, -am->ended[i].bytes};
-	}
-	for (unsigned long i = 0; i < am->capacity; i++) {
-		const struct dos_app_entry *e = &am->entries[i];
-		if (!e->key || !e->seen || e->excluded)
-			continue;
-		double from = e->always_there || e->carried_in ? begin : e->first, to = e->always_there ? end : e->last;
-		ev[n++] = (struct event){from, e->bytes};
-		ev[n++] = (struct event){to, -e->bytes};
-	}
 	qsort(ev, n, sizeof *ev, by_time_starts_first);
 	double live = 0;
 	*whole = *window = 0;
@@ -230,35 +261,52 @@ static int peaks(const struct dos_app_memory *am, double begin, double end, doub
 				*window = fmax(*window, live);
 		}
 	}
-	free(ev);
-	return 0;
 }
 
 void _dos_app_memory_plan(struct dos_app_memory *am, double now)
 {
 	am->plans++;
-	if (am->started && !am->incomplete && now > am->begin) {
-		double window_end = fmax(am->update_end, am->begin), whole, window;
-		if (peaks(am, am->begin, now, window_end, &whole, &window) == 0)
-			am->last = (struct dos_app_forecast){.learned = 1,
-							     .whole_iteration = am->plans > 2,
-							     .iteration_peak_bytes = whole,
-							     .update_peak_bytes = fmin(window, whole),
-							     .iteration_seconds = now - am->begin,
-							     .update_window_seconds = window_end - am->begin,
-							     .gpu_busy_seconds = am->busy};
+	int forecast = am->started && !am->incomplete && now > am->begin;
+	double begin = am->begin, window_end = fmax(am->update_end, am->begin);
+	struct event *ev = forecast ? malloc(2 * (am->count + am->nended + 1) * sizeof *ev) : NULL;
+	size_t n = 0;
+	for (unsigned long i = 0; ev && i < am->nended; i++) {
+		ev[n++] = (struct event){am->ended[i].from, am->ended[i].bytes};
+		ev[n++] = (struct event){am->ended[i].to, -am->ended[i].bytes};
 	}
-	/* the next iteration starts afresh: data unused in this one is dropped (it may have
+	/* One pass over the table: the iteration's values become events, and the entries
+	 * start the next iteration afresh. Data unused in this one is dropped (it may have
 	 * been unregistered, and its address reused); a table with nothing to drop is kept
-	 * as it is, since a rebuild costs a pass and an allocation as large as the table,
-	 * once per plan: with a step of 100,000 subgroups, mostly their state's exclusions */
-	unsigned long stale = 0;
-	for (unsigned long i = 0; i < am->capacity; i++)
-		stale += am->entries[i].key && !am->entries[i].seen && !am->entries[i].excluded;
-	if (stale)
+	 * as it is, since a rebuild costs a pass and an allocation as large as the table. */
+	unsigned long unused = 0;
+	for (unsigned long i = 0; i < am->capacity; i++) {
+		struct dos_app_entry *e = &am->entries[i];
+		if (!e->key)
+			continue;
+		if (ev && e->seen && !e->excluded) {
+			double from = e->always_there || e->carried_in ? begin : e->first,
+			       to = e->always_there ? now : e->last;
+			ev[n++] = (struct event){from, e->bytes};
+			ev[n++] = (struct event){to, -e->bytes};
+		}
+		e->unused = !e->seen && !e->excluded;
+		unused += e->unused;
+		e->seen = e->update_wrote = 0;
+	}
+	if (ev) {
+		double whole, window;
+		peaks(ev, n, window_end, &whole, &window);
+		free(ev);
+		am->last = (struct dos_app_forecast){.learned = 1,
+						     .whole_iteration = am->plans > 2,
+						     .iteration_peak_bytes = whole,
+						     .update_peak_bytes = fmin(window, whole),
+						     .iteration_seconds = now - begin,
+						     .update_window_seconds = window_end - begin,
+						     .gpu_busy_seconds = am->busy};
+	}
+	if (unused)
 		(void)rebuild(am, am->capacity, 1); /* when out of memory, the old table serves */
-	for (unsigned long i = 0; i < am->capacity; i++)
-		am->entries[i].seen = am->entries[i].update_wrote = 0;
 	am->nended = 0;
 	am->incomplete = 0;
 	am->started = 1;

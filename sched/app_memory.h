@@ -25,6 +25,7 @@ struct dos_app_entry {
 	unsigned char carried_in;   /* first read in the iteration: its value came from before */
 	unsigned char excluded;     /* the optimizer's own (planned for separately) */
 	unsigned char update_wrote; /* an update wrote it this iteration, no GPU task used it yet */
+	unsigned char unused;       /* not used in the iteration the last plan ended: dropped */
 	double update_wrote_at;
 };
 
@@ -33,8 +34,18 @@ struct dos_app_value {
 	double from, to, bytes;
 };
 
+/* The optimizer's own data (its state, planned for separately): never the application's,
+ * on any GPU. One set for every GPU's table, so that each table holds only what the
+ * application's tasks used, and a plan's pass over it does not sweep the state of every
+ * subgroup once per GPU. */
+struct dos_app_exclusions {
+	const void **keys; /* open addressing, capacity a power of two; NULL: empty */
+	unsigned long capacity, count;
+};
+
 struct dos_app_memory {
-	struct dos_app_entry *entries; /* open addressing, capacity a power of two */
+	const struct dos_app_exclusions *exclusions; /* shared; NULL: none */
+	struct dos_app_entry *entries;               /* open addressing, capacity a power of two */
 	unsigned long capacity, count;
 	struct dos_app_value *ended; /* this iteration's values that a new one replaced */
 	unsigned long nended, ended_capacity;
@@ -45,10 +56,18 @@ struct dos_app_memory {
 	struct dos_app_forecast last;
 };
 
-void _dos_app_memory_init(struct dos_app_memory *am);
+/* Adds `key` to x: the optimizer's own data. Returns 1 when it is new there, 0 when it
+ * was there already, -1 when out of memory. */
+int _dos_app_exclusions_add(struct dos_app_exclusions *x, const void *key);
+/* 1 when x holds `key`; 0 otherwise, or when x is NULL. */
+int _dos_app_exclusions_has(const struct dos_app_exclusions *x, const void *key);
+void _dos_app_exclusions_free(struct dos_app_exclusions *x);
+
+/* A table whose uses of the keys in `exclusions` (NULL: none) are never recorded. */
+void _dos_app_memory_init(struct dos_app_memory *am, const struct dos_app_exclusions *exclusions);
 void _dos_app_memory_free(struct dos_app_memory *am);
 
-/* `key` is the optimizer's own data: never counted as the application's. */
+/* `key` was just added to am's exclusions: what am recorded of it before stops counting. */
 void _dos_app_memory_exclude(struct dos_app_memory *am, const void *key);
 
 /* A GPU task of the application ran from `start` to `end` and used `key` (`bytes`; homed

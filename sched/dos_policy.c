@@ -114,6 +114,9 @@ struct step_tasks {
 	uint64_t step;
 	int n, cap;
 	struct starpu_task **tasks;
+	/* each task's view (update_tasks.h), made once as it is collected: its buffers and
+	 * sizes do not change before it runs, and the plan reads them several times */
+	struct _dos_update_view *views;
 	int planned;
 	int closed;                     /* all its updates are submitted (dos.h's step contract) */
 	uint32_t epoch;                 /* of this use of the slot, in its tasks' COLLECTED_TAG */
@@ -173,6 +176,8 @@ struct policy {
 	struct deferred_prefetches deferred; /* decided under the plan lock, issued after */
 	int said_no_gpu_room;                /* the no-GPU-room warning is printed once */
 	int verbose;                         /* DOS_SCHED_VERBOSE: 1 a summary, 2 also each plan */
+	/* the optimizer's own data, which no GPU's forecast counts as the application's */
+	struct dos_app_exclusions optimizer_data;
 	/* the GPUs planned for: the context's, known before the first plan so that the
 	 * forecasts of the application's memory learn from the first forward and backward */
 	int ngpus;
@@ -297,7 +302,7 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 			"starpu-dos: DOS_GPU_FORECAST = '%s' is neither 'learned' nor 'declared'; using learned\n",
 			forecast);
 	for (int k = 0; k < MAX_GPUS; k++)
-		_dos_app_memory_init(&p->gpu[k].app_memory);
+		_dos_app_memory_init(&p->gpu[k].app_memory, &p->optimizer_data);
 	_dos_update_codelets_from_env();
 	p->foreign_step = 1;
 	for (int i = 0; i < STEP_SLOTS; i++)
@@ -365,8 +370,10 @@ static void deinit_policy(unsigned sched_ctx)
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->plan_lock);
 	STARPU_PTHREAD_MUTEX_DESTROY(&p->pool_lock);
 	_dos_queues_destroy(&p->queues);
-	for (int i = 0; i < STEP_SLOTS; i++)
+	for (int i = 0; i < STEP_SLOTS; i++) {
 		free(p->steps[i].tasks);
+		free(p->steps[i].views);
+	}
 	free(p->deferred.at);
 	free(p->foreign_seen.at);
 	for (int k = 0; k < MAX_GPUS; k++) {
@@ -374,6 +381,7 @@ static void deinit_policy(unsigned sched_ctx)
 		free(p->gpu[k].resident.entries);
 		_dos_app_memory_free(&p->gpu[k].app_memory);
 	}
+	_dos_app_exclusions_free(&p->optimizer_data);
 	free(p->on_cpu.entries);
 	free(p->last_place);
 	free(p);
@@ -523,8 +531,12 @@ static void submit_hook(struct starpu_task *task)
 		struct starpu_task **grown = realloc(s->tasks, (size_t)cap * sizeof *grown);
 		STARPU_ASSERT_MSG(grown, "out of memory for %d update tasks", cap);
 		s->tasks = grown;
+		struct _dos_update_view *views = realloc(s->views, (size_t)cap * sizeof *views);
+		STARPU_ASSERT_MSG(views, "out of memory for %d update tasks", cap);
+		s->views = views;
 		s->cap = cap;
 	}
+	s->views[s->n] = u;
 	s->tasks[s->n++] = task;
 	task->sched_data = COLLECTED_TAG(s - p->steps, s->epoch);
 	/* The state and the inputs homed on the GPU are planned for as the optimizer's
@@ -534,10 +546,15 @@ static void submit_hook(struct starpu_task *task)
 	 * application's data: its GPU copy lives from the task that makes it there (the
 	 * gather, the GPU update) to the last that uses it (the update, the refresh), which
 	 * post_exec_hook records for the update. */
-	for (int r = 0; r < u.step_data_end; r++)
-		if (r < DOS_ADAM_STATE_BUFFERS || home_is_gpu(_dos_update_handle(task, &u, r)))
-			for (int k = 0; k < p->ngpus; k++)
-				_dos_app_memory_exclude(&p->gpu[k].app_memory, _dos_update_handle(task, &u, r));
+	for (int r = 0; r < u.step_data_end; r++) {
+		starpu_data_handle_t h = _dos_update_handle(task, &u, r);
+		if (r >= DOS_ADAM_STATE_BUFFERS && !home_is_gpu(h))
+			continue;
+		int added = _dos_app_exclusions_add(&p->optimizer_data, h);
+		STARPU_ASSERT_MSG(added >= 0, "out of memory for %lu optimizer handles", p->optimizer_data.count + 1);
+		for (int k = 0; added && k < p->ngpus; k++) /* uses recorded before it was known */
+			_dos_app_memory_exclude(&p->gpu[k].app_memory, h);
+	}
 	/* as many updates as the last step had: this one is complete */
 	if (p->counted == p->last_step_size)
 		close_step(p, s, ctx, &release);
@@ -666,14 +683,12 @@ static void issue_deferred_prefetches(struct policy *p)
 	free(d.at);
 }
 
-/* Prefetches the buffers of roles [first, last] of update `task`. */
-static void prefetch_buffers(struct policy *p, struct starpu_task *task, int first, int last, unsigned node, int prio)
+/* Prefetches the buffers of roles [first, last] of update `task`, of view u. */
+static void prefetch_buffers(struct policy *p, struct starpu_task *task, const struct _dos_update_view *u, int first,
+			     int last, unsigned node, int prio)
 {
-	struct _dos_update_view u;
-	if (_dos_update_view(task, &u))
-		return;
-	for (int r = first; r <= last && r < u.step_data_end; r++)
-		defer_prefetch(p, _dos_update_handle(task, &u, r), node, prio, 0);
+	for (int r = first; r <= last && r < u->step_data_end; r++)
+		defer_prefetch(p, _dos_update_handle(task, u, r), node, prio, 0);
 }
 
 static void window_reset(struct fetch_window *w, int capacity, int first, int last, int node)
@@ -712,16 +727,14 @@ static void window_advance(struct policy *p, struct fetch_window *w, int ended)
 	}
 }
 
-/* Adds `task` to window w (at plan time, while the task is alive and not started). */
-static int window_add(struct fetch_window *w, struct starpu_task *task)
+/* Adds `task`, of view u, to window w (at plan time, while the task is alive and not
+ * started). */
+static int window_add(struct fetch_window *w, struct starpu_task *task, const struct _dos_update_view *u)
 {
 	struct fetch_entry *e = &w->entries[w->n];
 	*e = (struct fetch_entry){.task = task};
-	struct _dos_update_view u;
-	int err = _dos_update_view(task, &u);
-	STARPU_ASSERT(err == 0);
-	for (int b = w->first_buffer; b <= w->last_buffer && b < u.step_data_end; b++) {
-		starpu_data_handle_t h = _dos_update_handle(task, &u, b);
+	for (int b = w->first_buffer; b <= w->last_buffer && b < u->step_data_end; b++) {
+		starpu_data_handle_t h = _dos_update_handle(task, u, b);
 		if (b < DOS_ADAM_STATE_BUFFERS || starpu_data_get_home_node(h) >= 0)
 			e->handle[e->nhandles++] = h;
 		else
@@ -747,12 +760,11 @@ static void gpu_homed_inputs_bytes(const struct policy *p, const struct step_tas
 	for (int k = 0; k < p->ngpus; k++)
 		bytes[k] = 0;
 	for (int i = 0; i < s->n; i++) {
-		struct _dos_update_view u;
-		if (_dos_update_view(s->tasks[i], &u))
-			continue;
-		for (int r = DOS_ADAM_BUF_GRAD; r < u.step_data_end; r++) {
-			starpu_data_handle_t h = _dos_update_handle(s->tasks[i], &u, r);
-			int k = home_is_gpu(h) ? gpu_index_of_node(p, (unsigned)starpu_data_get_home_node(h)) : -1;
+		const struct _dos_update_view *u = &s->views[i];
+		for (int r = DOS_ADAM_BUF_GRAD; r < u->step_data_end; r++) {
+			starpu_data_handle_t h = _dos_update_handle(s->tasks[i], u, r);
+			int home = starpu_data_get_home_node(h); /* p->gpu holds CUDA nodes only */
+			int k = home >= 0 ? gpu_index_of_node(p, (unsigned)home) : -1;
 			if (k >= 0)
 				bytes[k] += (double)starpu_data_get_size(h);
 		}
@@ -849,9 +861,7 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 		       int *calibrated)
 {
 	struct starpu_task *first = s->tasks[0];
-	struct _dos_update_view u;
-	int err = _dos_update_view(first, &u);
-	STARPU_ASSERT(err == 0);
+	struct _dos_update_view u = s->views[0];
 	enum dos_dtype wt = u.weight_dtype;
 	struct dos_data_homes homes = {
 		.grad_bytes_per_param = (double)dos_dtype_size(u.grad_dtype),
@@ -1240,13 +1250,10 @@ static void pin_resident_state(struct policy *p, struct step_tasks *s, const enu
 	for (int i = 0; i < s->n && pin && application_uses_gpus(p); i++)
 		pin = place[i] != DOS_PLACE_GPU_TRANSIENT;
 	for (int i = 0; i < s->n; i++) {
-		struct _dos_update_view u;
-		if (_dos_update_view(s->tasks[i], &u))
-			continue;
 		int node = p->ngpus > 0 ? p->gpu[gpu_of[i]].node : -1;
 		unsigned mask = pin && place[i] == DOS_PLACE_GPU_RESIDENT && node < 32 ? 1u << (unsigned)node : 0u;
 		for (int r = 0; r < DOS_ADAM_STATE_BUFFERS; r++)
-			starpu_data_set_wt_mask(_dos_update_handle(s->tasks[i], &u, r), mask);
+			starpu_data_set_wt_mask(_dos_update_handle(s->tasks[i], &s->views[i], r), mask);
 	}
 }
 
@@ -1273,7 +1280,8 @@ static int start_transfers(struct policy *p, struct step_tasks *s, const struct 
 		struct fetch_window *w = window_of(p, place[i], k);
 		if (place[i] == DOS_PLACE_GPU_TRANSIENT)
 			staged_bytes[k] += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
-		s->tasks[i]->sched_data = PLACEMENT_TAG(place[i], k, window_add(w, s->tasks[i]), p->generation);
+		s->tasks[i]->sched_data =
+			PLACEMENT_TAG(place[i], k, window_add(w, s->tasks[i], &s->views[i]), p->generation);
 		if (place[i] == DOS_PLACE_CPU_THEN_RESIDENT)
 			resident_bytes[k] += sg[i].params * DOS_STATE_BYTES_PER_PARAM; /* arrives after */
 		if (place[i] == DOS_PLACE_CPU || place[i] == DOS_PLACE_CPU_THEN_RESIDENT)
@@ -1282,7 +1290,7 @@ static int start_transfers(struct policy *p, struct step_tasks *s, const struct 
 		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
 			resident_bytes[k] += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 			if (!sg[i].resident_now)
-				prefetch_buffers(p, s->tasks[i], DOS_ADAM_BUF_MASTER, DOS_ADAM_BUF_V,
+				prefetch_buffers(p, s->tasks[i], &s->views[i], DOS_ADAM_BUF_MASTER, DOS_ADAM_BUF_V,
 						 (unsigned)p->gpu[k].node, s->n - i);
 		}
 	}
@@ -1376,11 +1384,8 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	unsigned char *gpu_of = malloc((size_t)s->n);
 	STARPU_ASSERT_MSG(sg && place && where && gpu_of, "out of memory planning %d subgroups", s->n);
 	for (int i = 0; i < s->n; i++) {
-		struct _dos_update_view u;
-		int err = _dos_update_view(s->tasks[i], &u);
-		STARPU_ASSERT(err == 0);
-		sg[i].params = u.params;
-		where[i] = gpu_holding_state(p, s->tasks[i], &u);
+		sg[i].params = s->views[i].params;
+		where[i] = gpu_holding_state(p, s->tasks[i], &s->views[i]);
 		sg[i].resident_now = where[i] >= 0;
 	}
 	struct dos_machine_costs m, pool;

@@ -119,20 +119,22 @@ static int platform_bridge(const char *xml, int devid, char *name, size_t size)
 	return -1;
 }
 
-/* How many of the `ngpus` GPUs (devices 0..ngpus-1) cross the same bridge as `devid`, by
- * the platform file ($STARPU_PERF_MODEL_DIR/bus/$STARPU_HOSTNAME.platform.v4.xml, as
- * tools/sim-env.sh sets them); 0 when it cannot tell. StarPU 1.4.10 cannot: its
- * _starpu_simgrid_count_ngpus runs before the CUDA driver registers the peer buses it
- * would annotate, so every peer bus reads "shared by all GPUs". */
-static int simulated_bridge_share(int devid, int ngpus)
+/* The bridge of each simulated GPU, from one platform file, read once: the file is the
+ * simulated machine's and does not change during a run, and reading and scanning it
+ * for every GPU, twice per plan, was a visible part of a plan (perf, 8 GPUs and 10,000
+ * subgroups: results/multigpu-sim-2026-12-02.md, fifth round). */
+#define MAX_SIMULATED_GPUS 64
+struct simulated_bridges {
+	char path[4096];
+	char name[MAX_SIMULATED_GPUS][128]; /* "": none found */
+};
+
+/* The bridges read from `path`, or NULL when it cannot be read. */
+static struct simulated_bridges *read_bridges(const char *path)
 {
-	const char *dir = getenv("STARPU_PERF_MODEL_DIR"), *host = getenv("STARPU_HOSTNAME");
-	char path[4096], mine[128], other[128];
-	if (!dir || !host || snprintf(path, sizeof path, "%s/bus/%s.platform.v4.xml", dir, host) >= (int)sizeof path)
-		return 0;
 	FILE *f = fopen(path, "r");
 	if (!f)
-		return 0;
+		return NULL;
 	char *xml = NULL;
 	long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
 	if (size > 0 && fseek(f, 0, SEEK_SET) == 0 && (xml = malloc((size_t)size + 1)) != NULL) {
@@ -140,11 +142,43 @@ static int simulated_bridge_share(int devid, int ngpus)
 		xml[size] = '\0';
 	}
 	fclose(f);
-	int share = 0;
-	if (xml && platform_bridge(xml, devid, mine, sizeof mine) == 0)
-		for (int k = 0; k < ngpus; k++)
-			share += platform_bridge(xml, k, other, sizeof other) == 0 && !strcmp(mine, other);
+	struct simulated_bridges *b = xml ? calloc(1, sizeof *b) : NULL;
+	if (b) {
+		snprintf(b->path, sizeof b->path, "%s", path);
+		for (int devid = 0; devid < MAX_SIMULATED_GPUS; devid++)
+			if (platform_bridge(xml, devid, b->name[devid], sizeof b->name[devid]))
+				b->name[devid][0] = '\0';
+	}
 	free(xml);
+	return b;
+}
+
+/* How many of the `ngpus` GPUs (devices 0..ngpus-1) cross the same bridge as `devid`, by
+ * the platform file ($STARPU_PERF_MODEL_DIR/bus/$STARPU_HOSTNAME.platform.v4.xml, as
+ * tools/sim-env.sh sets them); 0 when it cannot tell. StarPU 1.4.10 cannot: its
+ * _starpu_simgrid_count_ngpus runs before the CUDA driver registers the peer buses it
+ * would annotate, so every peer bus reads "shared by all GPUs". The first file read is
+ * kept for the process (lock-free: the first to publish wins); another file, should the
+ * environment name one, is read each time. */
+static int simulated_bridge_share(int devid, int ngpus)
+{
+	static struct simulated_bridges *kept;
+	const char *dir = getenv("STARPU_PERF_MODEL_DIR"), *host = getenv("STARPU_HOSTNAME");
+	char path[4096];
+	if (!dir || !host || snprintf(path, sizeof path, "%s/bus/%s.platform.v4.xml", dir, host) >= (int)sizeof path)
+		return 0;
+	struct simulated_bridges *b = __atomic_load_n(&kept, __ATOMIC_ACQUIRE), *fresh = NULL;
+	if (!b || strcmp(b->path, path)) {
+		b = fresh = read_bridges(path);
+		struct simulated_bridges *none = NULL;
+		if (fresh && __atomic_compare_exchange_n(&kept, &none, fresh, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			fresh = NULL; /* kept now, never freed: one per process */
+	}
+	int share = 0;
+	if (b && devid >= 0 && devid < MAX_SIMULATED_GPUS && b->name[devid][0])
+		for (int k = 0; k < ngpus && k < MAX_SIMULATED_GPUS; k++)
+			share += !strcmp(b->name[devid], b->name[k]);
+	free(fresh);
 	return share;
 }
 #endif

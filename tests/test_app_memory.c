@@ -12,7 +12,7 @@
 #include "test_util.h"
 
 /* distinct keys: the forecast never dereferences them */
-static const char weight = 0, act = 0, act2 = 0, homed = 0, opt_state = 0;
+static const char weight = 0, act = 0, act2 = 0, homed = 0, opt_state = 0, late_state = 0;
 
 static void task(struct dos_app_memory *am, double start, double end, const void *key, double bytes, int always_there,
 		 int reads)
@@ -24,20 +24,29 @@ static void task(struct dos_app_memory *am, double start, double end, const void
 int main(void)
 {
 	struct dos_app_memory am;
-	_dos_app_memory_init(&am);
-	_dos_app_memory_exclude(&am, &opt_state);
+	struct dos_app_exclusions optimizer = {0};
+	_dos_app_memory_init(&am, &optimizer);
+	CHECK(_dos_app_exclusions_add(&optimizer, &opt_state) == 1 &&
+		      _dos_app_exclusions_add(&optimizer, &opt_state) == 0,
+	      "an exclusion added twice is new only the first time");
+	CHECK(_dos_app_exclusions_has(&optimizer, &opt_state) && !_dos_app_exclusions_has(&optimizer, &weight),
+	      "the exclusions hold what was added, and only that");
 	task(&am, 0, 1, &act, 1e6, 0, 0); /* before anything started: ignored */
 	_dos_app_memory_plan(&am, 0.0);
 	CHECK(!am.last.learned, "a forecast before any iteration was measured");
 
 	/* The first window, up to the first plan at t = 10. Live: weight [0, 9] (read
-	 * first), act [2, 8], act2 [4, 6], homed [0, 10]; the optimizer's 200 bytes never. */
+	 * first), act [2, 8], act2 [4, 6], homed [0, 10]; the optimizer's 200 bytes never, nor
+	 * its 400 bytes used before they were known to be the optimizer's. */
 	task(&am, 1, 2, &weight, 100, 0, 1);
 	task(&am, 2, 3, &act, 50, 0, 0);
 	task(&am, 3, 4, &homed, 10, 1, 1);
 	task(&am, 4, 5, &act2, 30, 0, 0);
 	task(&am, 5, 6, &act2, 30, 0, 1);
 	task(&am, 5, 6, &opt_state, 200, 0, 1);
+	_dos_app_memory_use(&am, &late_state, 400, 0, 1, 5, 6); /* the same task's other buffer */
+	if (_dos_app_exclusions_add(&optimizer, &late_state) == 1)
+		_dos_app_memory_exclude(&am, &late_state);
 	task(&am, 7, 8, &act, 50, 0, 1);
 	task(&am, 8, 9, &weight, 100, 0, 1);
 	_dos_app_memory_plan(&am, 10.0);
@@ -65,7 +74,8 @@ int main(void)
 	CHECK(am.last.update_window_seconds == 2 && am.last.iteration_seconds == 10,
 	      "window %g s of an iteration of %g s", am.last.update_window_seconds, am.last.iteration_seconds);
 	CHECK(am.last.gpu_busy_seconds == 5, "busy %g s, expected 5", am.last.gpu_busy_seconds);
-	/* weight, act, homed and the exclusion remain; act2 was dropped */
+	/* weight, act, homed and the late exclusion remain (the other one never entered the
+	 * table); act2 was dropped */
 	CHECK(am.count == 4, "%lu keys kept, expected 4", am.count);
 
 	/* An iteration where nothing is written: the peak is what was carried in. And many
@@ -110,6 +120,7 @@ int main(void)
 	CHECK(am.last.iteration_peak_bytes == 150, "a key written twice: peak %g, expected 150 (weight + act)",
 	      am.last.iteration_peak_bytes);
 	_dos_app_memory_free(&am);
+	_dos_app_exclusions_free(&optimizer);
 	printf("app memory forecast: peaks, windows and exclusions as worked out by hand\n");
 	return 0;
 }
