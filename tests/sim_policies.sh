@@ -9,7 +9,8 @@
 # the bound that counts them all, and a training iteration there takes at most 1.5x one
 # GPU's; a fresh run's state created by tasks makes the first iteration cheap, lands where
 # the plan keeps it, and leaves dos no slower than dmda; subgroups small enough for
-# StarPU's suballocator that overflow the GPU complete. Writes a test-suite-style summary (# PASS / # FAIL
+# StarPU's suballocator that overflow the GPU complete; a GPU where StarPU deadlocks makes
+# dos-train fail with a message, not exit 0. Writes a test-suite-style summary (# PASS / # FAIL
 # lines) to the file named by $2.
 #
 # Usage: tests/sim_policies.sh BUILD_SIMGRID_DIR SUMMARY_FILE
@@ -202,6 +203,18 @@ check "h100-pcie5 12000 MiB: the state is created on the GPU where the plan keep
 awk -v d="$(steady "$home/fresh-12000-dos.txt")" -v m="$(steady "$home/fresh-12000-dmda.txt")" \
 	'BEGIN {exit !(d != "" && m != "" && d <= m * 1.001)}'
 check "h100-pcie5 12000 MiB, state by tasks: dos $(steady "$home/fresh-12000-dos.txt") s <= dmda $(steady "$home/fresh-12000-dmda.txt") s" $?
+
+# A GPU just too small (1b bf16, 15500 MiB; also 15450 and 15600, but not 15400 or 15550):
+# StarPU's suballocator deadlocks in the first iteration, under dmda as under dos, and
+# SimGrid stops the simulation. dos-train must then fail and say so, not exit 0 as if it
+# had trained; should StarPU stop deadlocking there, the run must simply complete.
+out=$home/stuck-15500.txt
+STARPU_LIMIT_CUDA_MEM=15500 timeout 300 "${bench%/dos-bench}/dos-train" --simulate h100-pcie5 --preset 1b \
+	--precision bf16 --steps 3 --quiet >"$out" 2>&1
+rc=$?
+{ [[ $rc == 0 ]] && grep -q '^summary: steady iteration' "$out"; } ||
+	{ [[ $rc == 1 ]] && grep -q 'dos-train: the simulation stopped before training ended' "$out"; }
+check "h100-pcie5 15500 MiB 1b bf16: dos-train completes or fails saying the simulation stopped (exit $rc)" $?
 
 # Small subgroups: the tiny preset in its default 4096-param subgroups ends in a
 # 672-param one, below the smallest size the machines' perfmodels once covered (the

@@ -655,6 +655,28 @@ static void list_policies(FILE *f)
 		fprintf(f, ", %s", (*p)->policy_name);
 }
 
+/* StarPU can wait forever when a GPU is too small for what its queued tasks hold at once
+ * (seen in simulation at STARPU_LIMIT_CUDA_MEM = 15450-15600 MiB for 1b bf16, with dmda as
+ * with dos; results/state-by-tasks-sim-2026-12-02.md). On a real machine that is a silent
+ * hang: StarPU's watchdog (a default of 10 minutes without any task ending while tasks
+ * wait; STARPU_WATCHDOG_TIMEOUT, in microseconds, changes it, 0 turns it off) ends the run
+ * with this message instead. Not under SimGrid, which reports a deadlock itself. */
+#define HANG_TIMEOUT_US "600000000"
+
+static void stop_hung_run(void *arg)
+{
+	(void)arg;
+	const char *limit = getenv("STARPU_LIMIT_CUDA_MEM"), *timeout = getenv("STARPU_WATCHDOG_TIMEOUT");
+	fflush(stdout);
+	fprintf(stderr,
+		"dos-train: no task ended for %g s with %d tasks submitted (STARPU_WATCHDOG_TIMEOUT = %s us): StarPU "
+		"seems stuck, e.g. on a GPU too small for what its queued tasks need at once (STARPU_LIMIT_CUDA_MEM "
+		"= %s); stopping the run\n",
+		timeout ? atof(timeout) / 1e6 : 0.0, starpu_task_nsubmitted(), timeout ? timeout : "?",
+		limit ? limit : "unset, the whole GPU");
+	_exit(1);
+}
+
 /* Starts StarPU (or StarPU-MPI, under mpirun or srun) with the policy asked for: --policy,
  * or STARPU_SCHED, which overrides it (and may name ours too), and, with --trace, FxT
  * writing into its folder. StarPU runs its default policy when it does not know the name:
@@ -675,6 +697,13 @@ static int start_starpu(struct train_options *o, int *argc, char ***argv, struct
 	struct starpu_sched_policy *ours = dos_sched_policy(requested);
 	if (ours && env) /* StarPU would look the name up among its own policies, and not find it */
 		unsetenv("STARPU_SCHED");
+#ifndef STARPU_SIMGRID
+	setenv("STARPU_WATCHDOG_TIMEOUT", HANG_TIMEOUT_US, 0); /* the user's own setting wins */
+#endif
+	const char *watchdog = getenv("STARPU_WATCHDOG_TIMEOUT");
+	if (watchdog && atoll(watchdog) <= 0) /* 0 turns it off (StarPU would check without pause) */
+		unsetenv("STARPU_WATCHDOG_TIMEOUT");
+	starpu_task_watchdog_set_hook(stop_hung_run, NULL);
 	struct starpu_conf conf;
 	starpu_conf_init(&conf);
 	if (ours)
@@ -832,7 +861,41 @@ static void print_summary(const struct train_options *o, const struct dos_train_
 	       updates_during_backward(&acc->backward, &acc->updates), OVERLAP_STEPS);
 }
 
+static int train_main(int argc, char **argv);
+
+#if defined(STARPU_SIMGRID) && !DOS_SMPI
+/* When every simulated activity waits on another (a deadlock in StarPU, e.g. a GPU too
+ * small for its suballocator's chunks), SimGrid stops the simulation and StarPU's main()
+ * returns 0 without ours having returned: a script would take the run for a success. */
+static int train_main_returned;
+
+static void fail_if_simulation_stopped(void)
+{
+	if (train_main_returned)
+		return;
+	fflush(stdout);
+	fprintf(stderr,
+		"dos-train: the simulation stopped before training ended (SimGrid's \"Deadlock detected\" "
+		"above: every worker waits on memory or a transfer); STARPU_LIMIT_CUDA_MEM = %s\n",
+		getenv("STARPU_LIMIT_CUDA_MEM") ? getenv("STARPU_LIMIT_CUDA_MEM") : "unset, the whole GPU");
+	_exit(1);
+}
+
 int main(int argc, char **argv)
+{
+	atexit(fail_if_simulation_stopped);
+	int status = train_main(argc, argv);
+	train_main_returned = 1;
+	return status;
+}
+#else
+int main(int argc, char **argv)
+{
+	return train_main(argc, argv);
+}
+#endif
+
+static int train_main(int argc, char **argv)
 {
 	setenv("DOS_QUIET", "1", 0); /* we print the library's error messages ourselves, once */
 	struct train_options opts;
