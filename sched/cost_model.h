@@ -64,12 +64,30 @@ static inline double dos_staging_room_bytes(const struct dos_machine_costs *m, d
 	       m->staging_margin_bytes - resident_bytes;
 }
 
+/* GPU bytes per parameter that a subgroup's update on the GPU needs beside its state: the
+ * GPU copies of a host-homed gradient and 16-bit weights (dropped afterwards). */
+static inline double dos_update_copy_bytes_per_param(const struct dos_machine_costs *m)
+{
+	return (m->homes.grads_on_gpu ? 0.0 : m->homes.grad_bytes_per_param) +
+	       (m->homes.weights_on_gpu ? 0.0 : m->homes.weight_bytes_per_param);
+}
+
 /* GPU bytes per parameter of a subgroup while it is updated on the GPU: its state plus
- * the GPU copies of a host-homed gradient and 16-bit weights (dropped afterwards). */
+ * those copies. */
 static inline double dos_staging_bytes_per_param(const struct dos_machine_costs *m)
 {
-	return DOS_STATE_BYTES_PER_PARAM + (m->homes.grads_on_gpu ? 0.0 : m->homes.grad_bytes_per_param) +
-	       (m->homes.weights_on_gpu ? 0.0 : m->homes.weight_bytes_per_param);
+	return DOS_STATE_BYTES_PER_PARAM + dos_update_copy_bytes_per_param(m);
+}
+
+/* GPU memory that resident state may take out of a budget of `budget_bytes`: the budget
+ * less the copies that one GPU update of the largest subgroup (`biggest_params`) needs
+ * beside it. Resident state is pinned on the GPU: a budget filled with it leaves a GPU
+ * update no room for its gradient, and StarPU waits forever (simulated: 1e9 params in
+ * subgroups of 1e8 with host homes on an 8 GiB h100-pcie5, 7 subgroups resident). */
+static inline double dos_resident_room_bytes(const struct dos_machine_costs *m, double budget_bytes,
+					     double biggest_params)
+{
+	return budget_bytes - biggest_params * dos_update_copy_bytes_per_param(m);
 }
 
 /* Link bytes of one subgroup of `params` parameters by path and direction. */

@@ -963,8 +963,9 @@ static int roomiest_gpu(const struct policy *p)
 
 /* Which GPU runs each GPU-placed update of the plan (plan lock held; into gpu_of[],
  * 0 for CPU updates). Three passes, O(G) per update:
- *  1. state resident on a GPU stays there, while that GPU's budget holds it: nothing
- *     crosses a link for it;
+ *  1. state resident on a GPU stays there, while that GPU's budget holds it beside one
+ *     update's copies (cost_model.h, dos_resident_room_bytes): nothing crosses a link
+ *     for it;
  *  2. state that becomes resident goes, in plan order, to the GPU of the one before it
  *     while that GPU has room and its run is shorter than its share (the newcomers
  *     divided evenly over the GPUs), else to the GPU with the most room left. Plan
@@ -994,8 +995,11 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 	double max_params = 0;
 	for (int i = 0; i < n; i++)
 		max_params = fmax(max_params, sg[i].params);
-	for (int k = 0; k < p->ngpus; k++)
+	double room[MAX_GPUS]; /* what resident state may take on each GPU */
+	for (int k = 0; k < p->ngpus; k++) {
 		p->gpu[k].resident_bytes = 0;
+		room[k] = dos_resident_room_bytes(m, p->gpu[k].budget_bytes, max_params);
+	}
 	memset(gpu_of, 0, (size_t)n);
 	if (p->ngpus == 0)
 		return;
@@ -1005,7 +1009,7 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 		struct gpu_plan *g = &p->gpu[where[i]];
 		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 		gpu_of[i] = (unsigned char)where[i];
-		if (g->resident_bytes + state <= g->budget_bytes || !demote)
+		if (g->resident_bytes + state <= room[where[i]] || !demote)
 			g->resident_bytes += state;
 		else
 			place[i] = DOS_PLACE_GPU_TRANSIENT;
@@ -1020,12 +1024,11 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 		/* the r-th run ends after r / G of the newcomers: runs differ by one at most */
 		int k = run_gpu >= 0 && placed < runs * newcomers / p->ngpus &&
-					(p->gpu[run_gpu].resident_bytes + state <= p->gpu[run_gpu].budget_bytes ||
-					 !demote)
+					(p->gpu[run_gpu].resident_bytes + state <= room[run_gpu] || !demote)
 				? run_gpu
 				: roomiest_gpu(p);
 		struct gpu_plan *g = &p->gpu[k];
-		if (g->resident_bytes + state <= g->budget_bytes || !demote) {
+		if (g->resident_bytes + state <= room[k] || !demote) {
 			g->resident_bytes += state;
 			gpu_of[i] = (unsigned char)k;
 			runs += k != run_gpu;
@@ -1153,7 +1156,8 @@ static void prefer_residency_only(struct policy *p, int n, const struct dos_plan
 		biggest = fmax(biggest, sg[i].params);
 	int fits = 0; /* whole subgroups each GPU holds */
 	for (int k = 0; k < p->ngpus && biggest > 0; k++)
-		fits += (int)fmin(n, fmax(0.0, floor(p->gpu[k].budget_bytes / (biggest * DOS_STATE_BYTES_PER_PARAM))));
+		fits += (int)fmin(n, fmax(0.0, floor(dos_resident_room_bytes(m, p->gpu[k].budget_bytes, biggest) /
+						     (biggest * DOS_STATE_BYTES_PER_PARAM))));
 	fits = fits < n ? fits : n;
 	enum dos_placement *alt = malloc((size_t)n * sizeof *alt);
 	unsigned char *alt_gpu = malloc((size_t)n);

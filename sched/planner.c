@@ -296,8 +296,9 @@ double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_s
 		      enum dos_placement *out)
 {
 	/* Candidates: the resident share of the bound's optimum rounded down or up to whole
-	 * subgroups, each with the whole budget open to residency or with two staging slots
-	 * kept free (keeping every resident subgroup can leave no room to stage others). The
+	 * subgroups, each with the whole budget open to residency (less the copies one GPU
+	 * update needs beside it: dos_resident_room_bytes) or with two staging slots kept
+	 * free (keeping every resident subgroup can leave no room to stage others). The
 	 * candidate with the best steady state wins; this step's time is what it returns.
 	 * Residency never takes the last two slots' room, except in a third kind of candidate
 	 * that stages nothing: where the updates left over are better on the CPU than staged
@@ -313,8 +314,8 @@ double _dos_plan_step(const struct dos_machine_costs *m, const struct dos_plan_s
 	_dos_bound_seconds(&one_gpu, sg, n, &goal);
 	double slots = 2 * biggest * dos_staging_bytes_per_param(m);
 	double goals[2] = {goal, goal + biggest};
-	double caps[3] = {m->gpu_budget_bytes, fmin(m->gpu_budget_bytes, dos_staging_room_bytes(m, slots)),
-			  m->gpu_budget_bytes};
+	double room = dos_resident_room_bytes(m, m->gpu_budget_bytes, biggest);
+	double caps[3] = {room, fmin(room, dos_staging_room_bytes(m, slots)), room};
 	enum dos_placement *cand = malloc((size_t)n * sizeof *cand), *steady_place = malloc((size_t)n * sizeof *cand);
 	struct dos_plan_subgroup *scratch = malloc((size_t)n * sizeof *scratch);
 	double best_now = plan_with_resident_cap(m, sg, n, caps[0], goals[0], 0, out);

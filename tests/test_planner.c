@@ -37,15 +37,20 @@ static void subgroups(struct dos_plan_subgroup *sg, int resident)
 		sg[i] = (struct dos_plan_subgroup){.params = SUBGROUP, .resident_now = i < resident};
 }
 
-/* Resident state of a placement never exceeds the budget. */
+/* Resident state of a placement never exceeds the budget, and leaves room for the GPU
+ * copies (host-homed gradient and 16-bit weights) of the updates on the GPU. */
 static void check_memory(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg,
 			 const enum dos_placement *place, const char *what)
 {
-	double resident = 0;
-	for (int i = 0; i < N; i++)
+	double resident = 0, copies = 0;
+	for (int i = 0; i < N; i++) {
 		if (place[i] == DOS_PLACE_GPU_RESIDENT || place[i] == DOS_PLACE_CPU_THEN_RESIDENT)
 			resident += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
-	CHECK(resident <= m->gpu_budget_bytes, "%s: %g bytes resident over a %g budget", what, resident,
+		if (place[i] == DOS_PLACE_GPU_RESIDENT || place[i] == DOS_PLACE_GPU_TRANSIENT)
+			copies = fmax(copies, sg[i].params * dos_update_copy_bytes_per_param(m));
+	}
+	CHECK(resident + copies <= m->gpu_budget_bytes,
+	      "%s: %g bytes resident and %g of an update's copies over a %g budget", what, resident, copies,
 	      m->gpu_budget_bytes);
 }
 
@@ -219,6 +224,31 @@ int main(void)
 			      planned, resident);
 			check_memory(&m, sg, place, "slot reserve");
 			before = planned;
+		}
+	}
+	/* Gradients and 16-bit weights homed on the host: a GPU update needs their GPU copies
+	 * (0.4 GB a subgroup) beside the resident state, which is pinned. With room for 30
+	 * subgroups' state but not for their copies too, none to stage (the link would carry 43 resident
+	 * updates' copies in the CPU's time, so residency is worth all the room), the plan
+	 * keeps at most 29, whatever is resident now: 30 left StarPU waiting forever (the
+	 * 8 GiB h100-pcie5 with 1e9 params in subgroups of 1e8, 7 resident). */
+	{
+		struct dos_machine_costs m = h100_rank(0);
+		m.homes.grads_on_gpu = m.homes.weights_on_gpu = 0;
+		m.gpu_budget_bytes = 30 * SUBGROUP * DOS_STATE_BYTES_PER_PARAM + 0.2e9;
+		m.staging_margin_bytes = m.gpu_budget_bytes; /* no room to stage */
+		struct dos_plan_subgroup sg[N];
+		enum dos_placement place[N];
+		for (int resident = 29; resident <= 30; resident++) {
+			subgroups(sg, resident);
+			_dos_plan_step(&m, sg, N, place);
+			int kept = 0;
+			for (int i = 0; i < N; i++)
+				kept += place[i] == DOS_PLACE_GPU_RESIDENT || place[i] == DOS_PLACE_CPU_THEN_RESIDENT;
+			printf("host homes, full GPU, %d resident: plan keeps %d\n", resident, kept);
+			CHECK(kept == 29, "host homes, %d resident: the plan keeps %d (29 fit beside the copies)",
+			      resident, kept);
+			check_memory(&m, sg, place, "host homes, full GPU");
 		}
 	}
 	/* The staging margin (kept free only while state is staged) bounds staging, not
