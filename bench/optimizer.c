@@ -724,7 +724,6 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 	unsigned long ran = st.cpu_tasks + st.cuda_tasks + st.other_tasks;
 	r->status = ROW_RAN;
 	r->note[0] = '\0';
-	r->step_s = bench_median(seconds, o->steps);
 	r->gpu_share = ran ? (double)st.cuda_tasks / (double)ran : NAN;
 	r->h2d_per_step = h2d / o->steps;
 	r->d2h_per_step = d2h / o->steps;
@@ -734,6 +733,7 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 		printf(" %.1f", seconds[k] * 1e3);
 	printf(" ms (in order), flush %.1f ms, state valid on the host after it: %d of %d handles\n", r->flush_s * 1e3,
 	       home, total);
+	r->step_s = bench_median(seconds, o->steps); /* sorts them: after they are printed in order */
 	if (home != total)
 		snprintf(r->note, sizeof r->note, "flush left %d of %d handles away", total - home, total);
 	if (st.other_tasks)
