@@ -6,6 +6,7 @@
 #ifndef DOS_COST_MODEL_H
 #define DOS_COST_MODEL_H
 
+#include <math.h>
 #include <stddef.h>
 
 #define DOS_STATE_BYTES_PER_PARAM 12.0 /* fp32 master, m, v */
@@ -77,6 +78,19 @@ static inline double dos_update_copy_bytes_per_param(const struct dos_machine_co
 static inline double dos_staging_bytes_per_param(const struct dos_machine_costs *m)
 {
 	return DOS_STATE_BYTES_PER_PARAM + dos_update_copy_bytes_per_param(m);
+}
+
+/* Staging buffers for state that passes through a GPU: two allow double buffering (one
+ * transferring while the other computes); a third covers the write-back. */
+#define DOS_MAX_STAGING_SLOTS 3
+
+/* The staging slots a GPU has beside `resident_bytes` of resident state: what its room
+ * holds of the largest subgroup (`biggest_params`), at most DOS_MAX_STAGING_SLOTS. */
+static inline int dos_staging_slots(const struct dos_machine_costs *m, double resident_bytes, double biggest_params)
+{
+	double per = biggest_params * dos_staging_bytes_per_param(m);
+	double slots = per > 0 ? floor(dos_staging_room_bytes(m, resident_bytes) / per) : 0;
+	return slots < 0 ? 0 : slots > DOS_MAX_STAGING_SLOTS ? DOS_MAX_STAGING_SLOTS : (int)slots;
 }
 
 /* GPU memory that resident state may take out of a budget of `budget_bytes`: the budget

@@ -135,7 +135,12 @@ struct gpu_plan {
 	int node;   /* its memory node */
 	int worker; /* its first worker in the context: the queue the plan reads */
 	double h2d_bytes_per_second, d2h_bytes_per_second; /* with all GPUs transferring */
-	struct fetch_window staged;                        /* to this GPU: state and gradient, `staging slots` ahead */
+	/* the GPU behind the same PCIe switch or host bridge that names the link they share
+	 * (rates.c; its own index when it has its link to itself), and what that link carries
+	 * each way for all of them together */
+	int link;
+	double link_h2d_bytes_per_second, link_d2h_bytes_per_second;
+	struct fetch_window staged;   /* to this GPU: state and gradient, `staging slots` ahead */
 	struct fetch_window resident; /* to this GPU: gradient only, RESIDENT_GRADIENTS_AHEAD ahead */
 	/* staged state is written home as its update ends (post_exec_hook), not lazily: the
 	 * GPU cannot keep it beside the resident state until the next update phase */
@@ -601,7 +606,10 @@ static void find_gpus(struct policy *p, unsigned sched_ctx)
 	p->ngpus = _dos_context_gpu_nodes(sched_ctx, nodes, MAX_GPUS);
 	int nworkers = _dos_workers_of_type(sched_ctx, STARPU_CUDA_WORKER, workers, STARPU_NMAXWORKERS);
 	double h2d[MAX_GPUS], d2h[MAX_GPUS];
-	_dos_gpu_link_shares(nodes, p->ngpus, h2d, d2h);
+	int link[MAX_GPUS], sharing[MAX_GPUS] = {0};
+	_dos_gpu_link_shares(nodes, p->ngpus, h2d, d2h, link);
+	for (int k = 0; k < p->ngpus; k++)
+		sharing[link[k]]++;
 	for (int k = 0; k < p->ngpus; k++) {
 		struct gpu_plan *g = &p->gpu[k];
 		g->node = (int)nodes[k];
@@ -611,6 +619,9 @@ static void find_gpus(struct policy *p, unsigned sched_ctx)
 				g->worker = workers[i];
 		g->h2d_bytes_per_second = h2d[k];
 		g->d2h_bytes_per_second = d2h[k];
+		g->link = link[k];
+		g->link_h2d_bytes_per_second = h2d[k] * sharing[link[k]];
+		g->link_d2h_bytes_per_second = d2h[k] * sharing[link[k]];
 	}
 }
 
@@ -976,10 +987,15 @@ static int roomiest_gpu(const struct policy *p)
  *     forward and backward, which follow the weights, would change GPU at every
  *     subgroup;
  *  3. staged state goes to the GPU that finishes its share soonest: the longest of the
- *     time its link takes each way (at its share of a switch or bridge that it shares
- *     with other GPUs: rates.c) and of its update time, for what it was given so far.
- *     So every GPU's link works, and GPUs behind a shared switch get less of the link
- *     work than GPUs with a link of their own. Only GPUs with room to stage one
+ *     time its link takes each way and of its update time, for what it was given so
+ *     far. GPUs behind one PCIe switch or host bridge share its link (rates.c): its time
+ *     counts what all of them move, so every link works and a pair behind a switch
+ *     gets the link work of one GPU with a link of its own. On a tie within a pair the
+ *     first GPU stages: a GPU whose neighbour has no room to stage takes the pair's
+ *     whole share (counted per GPU at half the link, such a pair carried half what the
+ *     other pair did), and two GPUs staging at once, each with one slot, were slower
+ *     than one (20B per GPU on the 4-GPU node with 8 GiB each:
+ *     results/full-gpu-2026-12-03.md). Only GPUs with room to stage one
  *     subgroup beside their resident state qualify; under the dos rule, with none, the
  *     update stays on the CPU. Staged state that is on a GPU already (resident state
  *     that no longer fits) is updated there.
@@ -1038,21 +1054,22 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 			place[i] = place[i] == DOS_PLACE_GPU_RESIDENT ? DOS_PLACE_GPU_TRANSIENT : DOS_PLACE_CPU;
 		}
 	}
-	/* 3: each GPU's busy time so far, per resource: link in, link out, update */
+	/* 3: busy time so far, per resource: each link in and out (shared by the GPUs behind
+	 * one bridge: one GPU may use all of it while its neighbour has no room to stage),
+	 * each GPU's updates */
 	double in[MAX_GPUS] = {0}, out[MAX_GPUS] = {0}, run[MAX_GPUS] = {0};
 	int can_stage[MAX_GPUS];
 	for (int k = 0; k < p->ngpus; k++) {
 		struct dos_machine_costs mine = *m; /* this GPU's room */
 		mine.gpu_budget_bytes = p->gpu[k].budget_bytes;
 		mine.gpu_update_extra_bytes = p->gpu[k].update_extra_bytes;
-		can_stage[k] = !demote || dos_staging_room_bytes(&mine, p->gpu[k].resident_bytes) >=
-						  max_params * dos_staging_bytes_per_param(m);
+		can_stage[k] = !demote || dos_staging_slots(&mine, p->gpu[k].resident_bytes, max_params) > 0;
 	}
 	for (int i = 0; i < n; i++)
 		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
 			struct gpu_plan *g = &p->gpu[gpu_of[i]];
-			in[gpu_of[i]] += dos_gpu_path_h2d_bytes(m, sg[i].params, 1) / g->h2d_bytes_per_second;
-			out[gpu_of[i]] += dos_gpu_path_d2h_bytes(m, sg[i].params, 1) / g->d2h_bytes_per_second;
+			in[g->link] += dos_gpu_path_h2d_bytes(m, sg[i].params, 1) / g->link_h2d_bytes_per_second;
+			out[g->link] += dos_gpu_path_d2h_bytes(m, sg[i].params, 1) / g->link_d2h_bytes_per_second;
 			run[gpu_of[i]] += sg[i].params * m->gpu_seconds_per_param;
 		}
 	for (int i = 0; i < n; i++) {
@@ -1064,9 +1081,10 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 			const struct gpu_plan *g = &p->gpu[k];
 			if (!can_stage[k])
 				continue;
-			double end =
-				fmax(in[k] + dos_gpu_path_h2d_bytes(m, sg[i].params, 0) / g->h2d_bytes_per_second,
-				     out[k] + dos_gpu_path_d2h_bytes(m, sg[i].params, 0) / g->d2h_bytes_per_second);
+			double end = fmax(in[g->link] + dos_gpu_path_h2d_bytes(m, sg[i].params, 0) /
+								g->link_h2d_bytes_per_second,
+					  out[g->link] + dos_gpu_path_d2h_bytes(m, sg[i].params, 0) /
+								 g->link_d2h_bytes_per_second);
 			end = fmax(end, run[k] + sg[i].params * m->gpu_seconds_per_param);
 			if (end < best_end) {
 				best_end = end;
@@ -1078,8 +1096,8 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 			continue;
 		}
 		const struct gpu_plan *g = &p->gpu[best];
-		in[best] += dos_gpu_path_h2d_bytes(m, sg[i].params, where[i] >= 0) / g->h2d_bytes_per_second;
-		out[best] += dos_gpu_path_d2h_bytes(m, sg[i].params, 0) / g->d2h_bytes_per_second;
+		in[g->link] += dos_gpu_path_h2d_bytes(m, sg[i].params, where[i] >= 0) / g->link_h2d_bytes_per_second;
+		out[g->link] += dos_gpu_path_d2h_bytes(m, sg[i].params, 0) / g->link_d2h_bytes_per_second;
 		run[best] += sg[i].params * m->gpu_seconds_per_param;
 		gpu_of[i] = (unsigned char)best;
 	}
@@ -1087,9 +1105,9 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 
 /* The steady-state update phase of a placement on the GPUs one by one (what every step
  * costs once its resident state is there), in two parts: *cpu, the CPU pool's updates
- * spread over its workers; *gpus, the busiest of each GPU's link directions (at its
- * share of a switch or bridge it shares: rates.c), each GPU's updates after the
- * application work queued there, and the node's links with the CPU path's copies. */
+ * spread over its workers; *gpus, the busiest of each link direction (one per switch or
+ * bridge that GPUs share: rates.c), each GPU's updates after the application work queued
+ * there, and the node's links with the CPU path's copies. */
 static void steady_parts(const struct policy *p, int n, const struct dos_plan_subgroup *sg,
 			 const enum dos_placement *place, const unsigned char *gpu_of,
 			 const struct dos_machine_costs *m, double *cpu, double *gpus)
@@ -1107,8 +1125,8 @@ static void steady_parts(const struct policy *p, int n, const struct dos_plan_su
 		}
 		int k = gpu_of[i], keep = place[i] != DOS_PLACE_GPU_TRANSIENT; /* then resident: resident */
 		const struct gpu_plan *g = &p->gpu[k];
-		in[k] += dos_gpu_path_h2d_bytes(m, x, keep) / g->h2d_bytes_per_second;
-		out[k] += dos_gpu_path_d2h_bytes(m, x, keep) / g->d2h_bytes_per_second;
+		in[g->link] += dos_gpu_path_h2d_bytes(m, x, keep) / g->link_h2d_bytes_per_second;
+		out[g->link] += dos_gpu_path_d2h_bytes(m, x, keep) / g->link_d2h_bytes_per_second;
 		run[k] += x * m->gpu_seconds_per_param;
 		node_in += dos_gpu_path_h2d_bytes(m, x, keep);
 		node_out += dos_gpu_path_d2h_bytes(m, x, keep);
@@ -1298,15 +1316,13 @@ static int start_transfers(struct policy *p, struct step_tasks *s, const struct 
 						 (unsigned)p->gpu[k].node, s->n - i);
 		}
 	}
-	double per = sg[0].params * dos_staging_bytes_per_param(m);
 	for (int k = 0; k < p->ngpus; k++) {
 		struct gpu_plan *g = &p->gpu[k];
 		struct dos_machine_costs mine = *m; /* this GPU's room */
 		mine.gpu_budget_bytes = g->budget_bytes;
 		mine.gpu_update_extra_bytes = g->update_extra_bytes;
 		g->eager_writeback = resident_bytes[k] + staged_bytes[k] > g->budget_bytes;
-		g->staged.ahead =
-			per > 0 ? (int)fmin(3.0, floor(dos_staging_room_bytes(&mine, resident_bytes[k]) / per)) : 0;
+		g->staged.ahead = dos_staging_slots(&mine, resident_bytes[k], sg[0].params);
 		g->resident.ahead = RESIDENT_GRADIENTS_AHEAD;
 		window_advance(p, &g->staged, 0);
 		window_advance(p, &g->resident, 0);

@@ -30,17 +30,13 @@
 
 #include "planner.h"
 
-/* Staging buffers for state that passes through the GPU: two allow double buffering
- * (one transferring while the other computes); a third covers the write-back. */
-#define MAX_TRANSIENT_SLOTS 3
-
 struct timeline {
 	int ncpu;
 	double *cpu_free;
 	double gpu_free, h2d_free, d2h_free;
 	double resident_bytes;
 	int nslots;
-	double slot_free[MAX_TRANSIENT_SLOTS];
+	double slot_free[DOS_MAX_STAGING_SLOTS];
 	double makespan;
 };
 
@@ -143,16 +139,6 @@ static void commit(struct timeline *t, const struct outcome *o)
 	t->makespan = fmax(t->makespan, o->finish);
 }
 
-/* Staging slots for transient state: what memory allows beside the resident state,
- * computed for the largest subgroup. */
-static int transient_slots(const struct dos_machine_costs *m, double resident_bytes, double max_params)
-{
-	double room = dos_staging_room_bytes(m, resident_bytes);
-	double per = max_params * dos_staging_bytes_per_param(m);
-	int slots = per > 0 ? (int)floor(room / per) : 0;
-	return slots < 0 ? 0 : slots > MAX_TRANSIENT_SLOTS ? MAX_TRANSIENT_SLOTS : slots;
-}
-
 static int timeline_init(struct timeline *t, const struct dos_machine_costs *m)
 {
 	memset(t, 0, sizeof *t);
@@ -183,7 +169,7 @@ double _dos_plan_predict(const struct dos_machine_costs *m, const struct dos_pla
 	for (int i = 0; i < n; i++)
 		if (placement[i] == DOS_PLACE_GPU_RESIDENT || placement[i] == DOS_PLACE_CPU_THEN_RESIDENT)
 			keep += sg[i].params * DOS_STATE_BYTES_PER_PARAM;
-	t.nslots = transient_slots(m, keep, max_params(sg, n));
+	t.nslots = dos_staging_slots(m, keep, max_params(sg, n));
 	if (t.nslots == 0)
 		t.nslots = 1; /* predict what was asked, even if it does not fit */
 	for (int pass = 0; pass < 2; pass++)
@@ -224,7 +210,7 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 			out[i] = DOS_PLACE_GPU_RESIDENT;
 		}
 	}
-	t.nslots = transient_slots(m, t.resident_bytes, biggest);
+	t.nslots = dos_staging_slots(m, t.resident_bytes, biggest);
 	for (int i = 0; i < n; i++)
 		if (out[i] == DOS_PLACE_GPU_RESIDENT) {
 			struct outcome o = simulate(&t, m, sg[i].params, 1, DOS_PLACE_GPU_RESIDENT);
@@ -239,7 +225,7 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 		struct outcome best = simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_CPU);
 		enum dos_placement choice = DOS_PLACE_CPU;
 		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
-		int slots_after = transient_slots(m, t.resident_bytes + state, biggest);
+		int slots_after = dos_staging_slots(m, t.resident_bytes + state, biggest);
 		int keeps_slots = slots_after >= (t.nslots < 2 ? t.nslots : 2);
 		int spends = !keeps_slots && spend_slot_reserve && !spent;
 		if (t.resident_bytes + state <= resident_cap && (keeps_slots || spends)) {
@@ -270,7 +256,7 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 		if (choice == DOS_PLACE_CPU_THEN_RESIDENT)
 			promoted += state;
 		if (choice == DOS_PLACE_GPU_RESIDENT || choice == DOS_PLACE_CPU_THEN_RESIDENT) {
-			t.nslots = transient_slots(m, t.resident_bytes, biggest);
+			t.nslots = dos_staging_slots(m, t.resident_bytes, biggest);
 			spent |= spends && !sg[i].resident_now;
 		}
 	}

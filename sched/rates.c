@@ -153,57 +153,82 @@ static struct simulated_bridges *read_bridges(const char *path)
 	return b;
 }
 
-/* How many of the `ngpus` GPUs (devices 0..ngpus-1) cross the same bridge as `devid`, by
- * the platform file ($STARPU_PERF_MODEL_DIR/bus/$STARPU_HOSTNAME.platform.v4.xml, as
- * tools/sim-env.sh sets them); 0 when it cannot tell. StarPU 1.4.10 cannot: its
+/* Whether simulated GPUs `a` and `b` (device ids) cross the same bridge, by the platform
+ * file ($STARPU_PERF_MODEL_DIR/bus/$STARPU_HOSTNAME.platform.v4.xml, as tools/sim-env.sh
+ * sets them): 1 or 0; -1 when it cannot tell. StarPU 1.4.10 cannot: its
  * _starpu_simgrid_count_ngpus runs before the CUDA driver registers the peer buses it
  * would annotate, so every peer bus reads "shared by all GPUs". The first file read is
  * kept for the process (lock-free: the first to publish wins); another file, should the
  * environment name one, is read each time. */
-static int simulated_bridge_share(int devid, int ngpus)
+static int simulated_same_bridge(int a, int b)
 {
 	static struct simulated_bridges *kept;
 	const char *dir = getenv("STARPU_PERF_MODEL_DIR"), *host = getenv("STARPU_HOSTNAME");
 	char path[4096];
 	if (!dir || !host || snprintf(path, sizeof path, "%s/bus/%s.platform.v4.xml", dir, host) >= (int)sizeof path)
-		return 0;
-	struct simulated_bridges *b = __atomic_load_n(&kept, __ATOMIC_ACQUIRE), *fresh = NULL;
-	if (!b || strcmp(b->path, path)) {
-		b = fresh = read_bridges(path);
+		return -1;
+	struct simulated_bridges *bridges = __atomic_load_n(&kept, __ATOMIC_ACQUIRE), *fresh = NULL;
+	if (!bridges || strcmp(bridges->path, path)) {
+		bridges = fresh = read_bridges(path);
 		struct simulated_bridges *none = NULL;
 		if (fresh && __atomic_compare_exchange_n(&kept, &none, fresh, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			fresh = NULL; /* kept now, never freed: one per process */
 	}
-	int share = 0;
-	if (b && devid >= 0 && devid < MAX_SIMULATED_GPUS && b->name[devid][0])
-		for (int k = 0; k < ngpus && k < MAX_SIMULATED_GPUS; k++)
-			share += !strcmp(b->name[devid], b->name[k]);
+	int same = -1;
+	if (bridges && a >= 0 && a < MAX_SIMULATED_GPUS && b >= 0 && b < MAX_SIMULATED_GPUS && bridges->name[a][0] &&
+	    bridges->name[b][0])
+		same = !strcmp(bridges->name[a], bridges->name[b]);
 	free(fresh);
-	return share;
+	return same;
 }
 #endif
 
-/* How many GPUs share the nearest PCIe switch or host bridge of `node` on its way to host
- * memory, as StarPU reports it for peer copies: for each other GPU, the number of GPUs
- * below the bridge the two meet at (hwloc's common ancestor on a real machine, the
- * machine file's "through" link in simulation; 1 for a direct NVLink, which says nothing
- * about the host side). The smallest count of 2 or more is GPU node's own bridge; none:
- * the GPU has its link to itself. StarPU measured each link alone, and a bridge is taken
- * to carry one GPU link's bandwidth (an x16 uplink), so a GPU's share is its rate over
- * that count. On a real machine the common ancestor may be a whole socket rather than a
- * bridge, which overstates sharing: then the bound is looser, still a bound. */
-static int gpus_sharing_bridge(unsigned node, const unsigned *gpu_nodes, int ngpus)
+/* Whether GPUs `k` and `j` of `gpu_nodes` cross the same PCIe switch or host bridge on
+ * their way to host memory, `k_share` being how many GPUs share k's (gpus_sharing_bridge);
+ * 1 or 0. In simulation, by the machine file's "through" links; on a real machine, when
+ * the bridge where the two meet is shared by exactly that many GPUs. */
+static int same_bridge(const unsigned *gpu_nodes, int k, int j, int k_share)
+{
+	if (j == k)
+		return 1;
+#ifdef STARPU_SIMGRID
+	int simulated = simulated_same_bridge(starpu_memory_node_get_devid(gpu_nodes[k]),
+					      starpu_memory_node_get_devid(gpu_nodes[j]));
+	if (simulated >= 0)
+		return simulated;
+#endif
+	int bus = starpu_bus_get_id((int)gpu_nodes[k], (int)gpu_nodes[j]);
+	return k_share >= 2 && bus >= 0 && starpu_bus_get_ngpus(bus) == k_share;
+}
+
+/* How many GPUs share the nearest PCIe switch or host bridge of GPU `k` of `gpu_nodes` on
+ * its way to host memory, as StarPU reports it for peer copies: for each other GPU, the
+ * number of GPUs below the bridge the two meet at (hwloc's common ancestor on a real
+ * machine, the machine file's "through" link in simulation; 1 for a direct NVLink, which
+ * says nothing about the host side). The smallest count of 2 or more is GPU k's own
+ * bridge; none: the GPU has its link to itself. StarPU measured each link alone, and a
+ * bridge is taken to carry one GPU link's bandwidth (an x16 uplink), so a GPU's share is
+ * its rate over that count. On a real machine the common ancestor may be a whole socket
+ * rather than a bridge, which overstates sharing: then the bound is looser, still a
+ * bound. */
+static int gpus_sharing_bridge(const unsigned *gpu_nodes, int k, int ngpus)
 {
 #ifdef STARPU_SIMGRID
-	int simulated = simulated_bridge_share(starpu_memory_node_get_devid(node), ngpus);
+	int simulated = 0;
+	for (int j = 0; j < ngpus && simulated >= 0; j++) {
+		int same = j == k ? 1
+				  : simulated_same_bridge(starpu_memory_node_get_devid(gpu_nodes[k]),
+							  starpu_memory_node_get_devid(gpu_nodes[j]));
+		simulated = same < 0 ? -1 : simulated + same;
+	}
 	if (simulated > 0)
 		return simulated;
 #endif
 	int share = 1;
 	for (int j = 0; j < ngpus; j++) {
-		if (gpu_nodes[j] == node)
+		if (j == k)
 			continue;
-		int bus = starpu_bus_get_id((int)node, (int)gpu_nodes[j]);
+		int bus = starpu_bus_get_id((int)gpu_nodes[k], (int)gpu_nodes[j]);
 		int n = bus >= 0 ? starpu_bus_get_ngpus(bus) : 0;
 		if (n >= 2 && (share == 1 || n < share))
 			share = n;
@@ -211,12 +236,18 @@ static int gpus_sharing_bridge(unsigned node, const unsigned *gpu_nodes, int ngp
 	return share;
 }
 
-void _dos_gpu_link_shares(const unsigned *nodes, int ngpus, double *h2d, double *d2h)
+void _dos_gpu_link_shares(const unsigned *nodes, int ngpus, double *h2d, double *d2h, int *link)
 {
 	for (int k = 0; k < ngpus; k++) {
-		double share = gpus_sharing_bridge(nodes[k], nodes, ngpus);
+		int share = gpus_sharing_bridge(nodes, k, ngpus);
 		h2d[k] = link_rate(STARPU_MAIN_RAM, nodes[k]) / share;
 		d2h[k] = link_rate(nodes[k], STARPU_MAIN_RAM) / share;
+		if (link) { /* the first GPU behind the same bridge names it */
+			link[k] = k;
+			for (int j = 0; j < k && link[k] == k; j++)
+				if (same_bridge(nodes, k, j, share))
+					link[k] = link[j];
+		}
 	}
 }
 
@@ -266,7 +297,7 @@ static void measure_node_links(unsigned sched_ctx, struct dos_machine_costs *out
 	unsigned nodes[STARPU_MAXNODES];
 	double h2d[STARPU_MAXNODES], d2h[STARPU_MAXNODES];
 	out->ngpus = _dos_context_gpu_nodes(sched_ctx, nodes, STARPU_MAXNODES);
-	_dos_gpu_link_shares(nodes, out->ngpus, h2d, d2h);
+	_dos_gpu_link_shares(nodes, out->ngpus, h2d, d2h, NULL);
 	out->node_h2d_bytes_per_second = out->node_d2h_bytes_per_second = 0;
 	for (int k = 0; k < out->ngpus; k++) {
 		out->node_h2d_bytes_per_second += h2d[k];

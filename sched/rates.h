@@ -33,8 +33,11 @@ int _dos_count_workers_of_type(unsigned sched_ctx, enum starpu_worker_archtype t
 int _dos_context_gpu_nodes(unsigned sched_ctx, unsigned *nodes, int max);
 
 /* Each of the `ngpus` GPUs' link rate each way (bytes/s) while all of them transfer at
- * once: a GPU behind a PCIe switch or host bridge that k GPUs share gets 1/k of it. */
-void _dos_gpu_link_shares(const unsigned *nodes, int ngpus, double *h2d, double *d2h);
+ * once: a GPU behind a PCIe switch or host bridge that k GPUs share gets 1/k of it. With
+ * `link` not NULL, link[k] is the index of the first GPU behind the same bridge as GPU k
+ * (k itself when it has its link to itself): the GPUs with one link[] value share
+ * k times a GPU's share, however they divide it. */
+void _dos_gpu_link_shares(const unsigned *nodes, int ngpus, double *h2d, double *d2h, int *link);
 
 /* GPU memory node `node`'s room for optimizer state: its capacity less a safety margin
  * and `reserved_gpu_bytes` (the application's forecast, homed inputs, reserves). */
