@@ -990,12 +990,11 @@ static int roomiest_gpu(const struct policy *p)
  *     time its link takes each way and of its update time, for what it was given so
  *     far. GPUs behind one PCIe switch or host bridge share its link (rates.c): its time
  *     counts what all of them move, so every link works and a pair behind a switch
- *     gets the link work of one GPU with a link of its own. On a tie within a pair the
- *     first GPU stages: a GPU whose neighbour has no room to stage takes the pair's
- *     whole share (counted per GPU at half the link, such a pair carried half what the
- *     other pair did), and two GPUs staging at once, each with one slot, were slower
- *     than one (20B per GPU on the 4-GPU node with 8 GiB each:
- *     results/full-gpu-2026-12-03.md). Only GPUs with room to stage one
+ *     gets the link work of one GPU with a link of its own; a GPU whose neighbour has
+ *     no room to stage takes the pair's whole share (counted per GPU at half the link,
+ *     such a pair carried half what the other pair did: 20B per GPU on the 4-GPU node
+ *     with 8 GiB each, results/full-gpu-2026-12-03.md). On a tie within a pair, the GPU
+ *     with fewer staged per staging slot stages. Only GPUs with room to stage one
  *     subgroup beside their resident state qualify; under the dos rule, with none, the
  *     update stays on the CPU. Staged state that is on a GPU already (resident state
  *     that no longer fits) is updated there.
@@ -1019,6 +1018,27 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 	memset(gpu_of, 0, (size_t)n);
 	if (p->ngpus == 0)
 		return;
+	/* GPUs behind one switch share its link, and one of them staging with two slots
+	 * keeps it busier than two staging with one each (each slot is held from the
+	 * transfer in to the end of the write-back, and two GPUs at once halve each other's
+	 * transfers). So where the plan stages at least two subgroups per shared link, the
+	 * first GPU behind each keeps room for two slots and the others hold the resident
+	 * state: 20B per GPU on the 4-GPU node with 8 GiB each, 1924.6 -> 1753.5 ms
+	 * (results/full-gpu-2026-12-03.md). */
+	int staged = 0, sharing[MAX_GPUS] = {0}, shared_links = 0;
+	for (int i = 0; i < n; i++)
+		staged += place[i] == DOS_PLACE_GPU_TRANSIENT;
+	for (int k = 0; k < p->ngpus; k++)
+		shared_links += ++sharing[p->gpu[k].link] == 2;
+	for (int k = 0; k < p->ngpus && demote && shared_links > 0 && staged >= 2 * shared_links; k++)
+		if (p->gpu[k].link == k && sharing[k] > 1) {
+			struct dos_machine_costs mine = *m; /* this GPU's room */
+			mine.gpu_budget_bytes = p->gpu[k].budget_bytes;
+			mine.gpu_update_extra_bytes = p->gpu[k].update_extra_bytes;
+			double two_slots =
+				dos_staging_room_bytes(&mine, 0) - 2 * max_params * dos_staging_bytes_per_param(m);
+			room[k] = fmin(room[k], fmax(0.0, two_slots));
+		}
 	for (int i = 0; i < n; i++) { /* 1 */
 		if (place[i] != DOS_PLACE_GPU_RESIDENT || where[i] < 0)
 			continue;
@@ -1058,12 +1078,14 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 	 * one bridge: one GPU may use all of it while its neighbour has no room to stage),
 	 * each GPU's updates */
 	double in[MAX_GPUS] = {0}, out[MAX_GPUS] = {0}, run[MAX_GPUS] = {0};
-	int can_stage[MAX_GPUS];
+	int slots[MAX_GPUS], staged_on[MAX_GPUS] = {0};
 	for (int k = 0; k < p->ngpus; k++) {
 		struct dos_machine_costs mine = *m; /* this GPU's room */
 		mine.gpu_budget_bytes = p->gpu[k].budget_bytes;
 		mine.gpu_update_extra_bytes = p->gpu[k].update_extra_bytes;
-		can_stage[k] = !demote || dos_staging_slots(&mine, p->gpu[k].resident_bytes, max_params) > 0;
+		slots[k] = dos_staging_slots(&mine, p->gpu[k].resident_bytes, max_params);
+		if (!demote && slots[k] == 0)
+			slots[k] = 1; /* a static split stages anyway */
 	}
 	for (int i = 0; i < n; i++)
 		if (place[i] == DOS_PLACE_GPU_RESIDENT) {
@@ -1079,14 +1101,17 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 		double best_end = INFINITY;
 		for (int k = 0; k < p->ngpus && where[i] < 0; k++) {
 			const struct gpu_plan *g = &p->gpu[k];
-			if (!can_stage[k])
+			if (slots[k] == 0)
 				continue;
 			double end = fmax(in[g->link] + dos_gpu_path_h2d_bytes(m, sg[i].params, 0) /
 								g->link_h2d_bytes_per_second,
 					  out[g->link] + dos_gpu_path_d2h_bytes(m, sg[i].params, 0) /
 								 g->link_d2h_bytes_per_second);
 			end = fmax(end, run[k] + sg[i].params * m->gpu_seconds_per_param);
-			if (end < best_end) {
+			/* GPUs behind one link end at the same time by it: the one with fewer
+			 * staged per staging slot takes it */
+			if (end < best_end || (best >= 0 && end == best_end &&
+					       (staged_on[k] + 1) * slots[best] < (staged_on[best] + 1) * slots[k])) {
 				best_end = end;
 				best = k;
 			}
@@ -1099,6 +1124,7 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 		in[g->link] += dos_gpu_path_h2d_bytes(m, sg[i].params, where[i] >= 0) / g->link_h2d_bytes_per_second;
 		out[g->link] += dos_gpu_path_d2h_bytes(m, sg[i].params, 0) / g->link_d2h_bytes_per_second;
 		run[best] += sg[i].params * m->gpu_seconds_per_param;
+		staged_on[best]++;
 		gpu_of[i] = (unsigned char)best;
 	}
 }

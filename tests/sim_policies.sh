@@ -96,7 +96,8 @@ full_gpu_case h100-pcie5-x4 4e9
 # The issue's 20B per GPU on the 4-GPU node with 8 GiB each: GPU 3 has no room to stage,
 # and GPUs 2 and 3 share one switch. Counted per GPU at half its switch, GPU 2 got no more
 # staging than GPU 0 or 1, and switch (0,1) carried 49 GB a step against 23 GB (2211.7
-# ms); counted per switch, each carries about half (1924.6 ms). results/full-gpu-2026-12-03.md
+# ms); counted per switch, each carries about half (1753.5 ms, with the first GPU of
+# each pair keeping two staging slots). results/full-gpu-2026-12-03.md
 pairs_out=$home/x4-20b.txt
 (
 	eval "$("$top"/tools/sim-env.sh h100-pcie5-x4 "$home/x4-20b")"
