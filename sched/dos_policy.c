@@ -1018,26 +1018,31 @@ static void assign_gpus(struct policy *p, int n, const struct dos_plan_subgroup 
 	memset(gpu_of, 0, (size_t)n);
 	if (p->ngpus == 0)
 		return;
-	/* GPUs behind one switch share its link, and one of them staging with two slots
-	 * keeps it busier than two staging with one each (each slot is held from the
+	/* GPUs behind one switch share its link, and one of them staging with several slots
+	 * keeps it busier than several staging with one each (each slot is held from the
 	 * transfer in to the end of the write-back, and two GPUs at once halve each other's
 	 * transfers). So where the plan stages at least two subgroups per shared link, the
-	 * first GPU behind each keeps room for two slots and the others hold the resident
-	 * state: 20B per GPU on the 4-GPU node with 8 GiB each, 1924.6 -> 1753.5 ms
+	 * first GPU behind each keeps room for as many slots as it will stage there, up to
+	 * the DOS_MAX_STAGING_SLOTS that cover transfer in, update and write-back, and the
+	 * others hold the resident state. 20B per GPU on the 4-GPU node with 8 GiB each:
+	 * 1924.6 ms with one slot, 1753.5 with two, 1600.3 with three
 	 * (results/full-gpu-2026-12-03.md). */
 	int staged = 0, sharing[MAX_GPUS] = {0}, shared_links = 0;
 	for (int i = 0; i < n; i++)
 		staged += place[i] == DOS_PLACE_GPU_TRANSIENT;
 	for (int k = 0; k < p->ngpus; k++)
 		shared_links += ++sharing[p->gpu[k].link] == 2;
-	for (int k = 0; k < p->ngpus && demote && shared_links > 0 && staged >= 2 * shared_links; k++)
+	int link_slots = shared_links > 0 ? staged / shared_links : 0;
+	if (link_slots > DOS_MAX_STAGING_SLOTS)
+		link_slots = DOS_MAX_STAGING_SLOTS;
+	for (int k = 0; k < p->ngpus && demote && link_slots >= 2; k++)
 		if (p->gpu[k].link == k && sharing[k] > 1) {
 			struct dos_machine_costs mine = *m; /* this GPU's room */
 			mine.gpu_budget_bytes = p->gpu[k].budget_bytes;
 			mine.gpu_update_extra_bytes = p->gpu[k].update_extra_bytes;
-			double two_slots =
-				dos_staging_room_bytes(&mine, 0) - 2 * max_params * dos_staging_bytes_per_param(m);
-			room[k] = fmin(room[k], fmax(0.0, two_slots));
+			double slots_room = dos_staging_room_bytes(&mine, 0) -
+					    link_slots * max_params * dos_staging_bytes_per_param(m);
+			room[k] = fmin(room[k], fmax(0.0, slots_room));
 		}
 	for (int i = 0; i < n; i++) { /* 1 */
 		if (place[i] != DOS_PLACE_GPU_RESIDENT || where[i] < 0)
