@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Takes a fresh Debian machine to a built StarPU 1.4: Debian build dependencies from apt,
-# StarPU's Debian source package, our CUDA 13 patch, and installed variants (native: CUDA
+# StarPU's Debian source package, our patches (tools/patches: CUDA 13, the suballocator's
+# empty chunks), and installed variants (native: CUDA
 # when nvcc is there + MPI + FxT; simgrid: simulated machines; smpi: simulated machines
 # and StarPU-MPI over SimGrid's SMPI, for simulated clusters) in a cache outside the
 # source tree, keyed by StarPU version and build flags. native and simgrid are always
@@ -30,6 +31,7 @@ cache=${STARPU_DOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/starpu-dos}
 jobs=${STARPU_DOS_JOBS:-$(nproc)}
 patch_file=$here/patches/starpu-1.4-cuda13-compute-mode.patch
 smpi_patch_file=$here/patches/starpu-1.4-smpi-byte-messages.patch
+release_chunks_patch_file=$here/patches/starpu-1.4-release-free-chunks.patch
 
 print_variant=""
 packages_only=0
@@ -123,9 +125,13 @@ find_starpu_source_version() {
 	printf '%s' "$v"
 }
 
-# Applies our CUDA 13 patch where the source still reads cudaDeviceProp.computeMode.
+# Applies our CUDA 13 patch where the source still reads cudaDeviceProp.computeMode, and
+# the suballocator's release of empty chunks under memory pressure (the patch's header).
 patch_source() {
 	local src=$1
+	patch -d "$src" -p1 --silent <"$release_chunks_patch_file" ||
+		die "$release_chunks_patch_file does not apply to StarPU in $src: update the patch"
+	log "applied $(basename "$release_chunks_patch_file")"
 	if ! grep -q 'props\[devid\]\.computeMode' "$src"/src/drivers/cuda/driver_cuda.c; then
 		log "CUDA 13 compute-mode patch not needed (source does not read cudaDeviceProp.computeMode)"
 		return 0
@@ -136,8 +142,10 @@ patch_source() {
 	log "applied $(basename "$patch_file")"
 }
 
+# The source, extracted and patched once per set of patches (a changed patch gets a fresh copy).
 fetch_source() {
-	local version=$1 dir=$cache/src/$version
+	local version=$1 dir
+	dir=$cache/src/$version-$(cat "$release_chunks_patch_file" "$patch_file" | sha256sum | cut -c1-12)
 	if [[ ! -f $dir/.extracted ]]; then
 		rm -rf "$dir"
 		mkdir -p "$dir"
@@ -158,7 +166,7 @@ fetch_source() {
 # folder named after that patch (the other variants keep building from the shared one).
 smpi_source() {
 	local src=$1 version=$2 dir
-	dir=$cache/src/$version-smpi-$(sha256sum <"$smpi_patch_file" | cut -c1-12)
+	dir=$(dirname "$src")-smpi-$(sha256sum <"$smpi_patch_file" | cut -c1-12)
 	if [[ ! -f $dir/.patched ]]; then
 		rm -rf "$dir"
 		mkdir -p "$dir"
@@ -218,7 +226,7 @@ build_variant() {
 	mapfile -t flags < <(variant_flags "$variant")
 	key=$( {
 		printf '%s\n' "$version" "${flags[@]}"
-		cat "$patch_file"
+		cat "$patch_file" "$release_chunks_patch_file"
 		if [[ $variant == smpi ]]; then cat "$smpi_patch_file"; fi
 		if [[ $variant == native && -n $(nvcc_path) ]]; then "$(nvcc_path)" --version; fi
 	} | sha256sum | cut -c1-12)
