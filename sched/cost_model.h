@@ -17,6 +17,11 @@ struct dos_data_homes {
 	double weight_bytes_per_param; /* 2, or 0 when training in fp32 */
 	int grads_on_gpu;              /* produced by backward on the GPU */
 	int weights_on_gpu;            /* read by forward on the GPU */
+	/* Registered in host memory, as opposed to no home at all: data without a home is
+	 * made by the application's tasks where they run, and its GPU copies count in the
+	 * application's memory forecast, which the GPU budget already leaves out. */
+	int grads_homed_on_host;
+	int weights_homed_on_host;
 };
 
 struct dos_machine_costs {
@@ -94,14 +99,20 @@ static inline int dos_staging_slots(const struct dos_machine_costs *m, double re
 }
 
 /* GPU memory that resident state may take out of a budget of `budget_bytes`: the budget
- * less the copies that one GPU update of the largest subgroup (`biggest_params`) needs
- * beside it. Resident state is pinned on the GPU: a budget filled with it leaves a GPU
- * update no room for its gradient, and StarPU waits forever (simulated: 1e9 params in
- * subgroups of 1e8 with host homes on an 8 GiB h100-pcie5, 7 subgroups resident). */
+ * less the copies that one GPU update of the largest subgroup (`biggest_params`) brings
+ * in beside it and that no forecast counts, those of a gradient and 16-bit weights homed
+ * in host memory. Resident state is pinned on the GPU: a budget filled with it leaves a
+ * GPU update no room for its gradient, and StarPU waits forever (simulated: 1e9 params
+ * in subgroups of 1e8 with host homes on an 8 GiB h100-pcie5, 7 subgroups resident).
+ * Without a home (dos-train's gradients and 16-bit weights) the forecast has them:
+ * taking them off again cost a resident subgroup, 0.166 -> 0.224 s in the first 1b
+ * iteration on a 12000 MiB GPU (results/suballocator-chunks-2026-12-03.md). */
 static inline double dos_resident_room_bytes(const struct dos_machine_costs *m, double budget_bytes,
 					     double biggest_params)
 {
-	return budget_bytes - biggest_params * dos_update_copy_bytes_per_param(m);
+	double copies = (m->homes.grads_homed_on_host ? m->homes.grad_bytes_per_param : 0.0) +
+			(m->homes.weights_homed_on_host ? m->homes.weight_bytes_per_param : 0.0);
+	return budget_bytes - biggest_params * copies;
 }
 
 /* Link bytes of one subgroup of `params` parameters by path and direction. */

@@ -511,6 +511,12 @@ static int home_is_gpu(starpu_data_handle_t h)
 	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CUDA_RAM;
 }
 
+static int home_is_host(starpu_data_handle_t h)
+{
+	int home = starpu_data_get_home_node(h);
+	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CPU_RAM;
+}
+
 static void dispatch_released(struct policy *p, struct starpu_task_list *release, unsigned sched_ctx);
 
 static void submit_hook(struct starpu_task *task)
@@ -879,6 +885,9 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 		.weight_bytes_per_param = wt == DOS_FP32 ? 0.0 : 2.0,
 		.grads_on_gpu = home_is_gpu(_dos_update_handle(first, &u, DOS_ADAM_BUF_GRAD)),
 		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(_dos_update_handle(first, &u, DOS_ADAM_BUF_WEIGHT16)),
+		.grads_homed_on_host = home_is_host(_dos_update_handle(first, &u, DOS_ADAM_BUF_GRAD)),
+		.weights_homed_on_host =
+			wt != DOS_FP32 && home_is_host(_dos_update_handle(first, &u, DOS_ADAM_BUF_WEIGHT16)),
 	};
 	double now = starpu_timing_now() * 1e-6;
 	for (int k = 0; k < p->ngpus; k++)

@@ -381,6 +381,8 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
 			.weight_bytes_per_param = weight_dtype == DOS_FP32 ? 0.0 : 2.0,
 			.grads_on_gpu = grads_on_gpu != 0,
 			.weights_on_gpu = weight_dtype != DOS_FP32 && weights_on_gpu != 0,
+			.grads_homed_on_host = grads_on_gpu == 0,
+			.weights_homed_on_host = weight_dtype != DOS_FP32 && weights_on_gpu == 0,
 		};
 		struct dos_machine_costs m;
 		int calibrated;
