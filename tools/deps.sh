@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Takes a fresh Debian machine to a built StarPU 1.4: Debian build dependencies from apt,
 # StarPU's Debian source package, our patches (tools/patches: CUDA 13, the suballocator's
-# empty chunks), and installed variants (native: CUDA
-# when nvcc is there + MPI + FxT; simgrid: simulated machines; smpi: simulated machines
+# empty chunks), and installed variants (native: CUDA when nvcc is there + MPI + FxT;
+# simgrid: simulated machines; smpi: simulated machines
 # and StarPU-MPI over SimGrid's SMPI, for simulated clusters) in a cache outside the
 # source tree, keyed by StarPU version and build flags. native and simgrid are always
 # built; smpi only when asked for (--print-prefix smpi, --smpi): only the simulated
@@ -142,7 +142,7 @@ patch_source() {
 	log "applied $(basename "$patch_file")"
 }
 
-# The source, extracted and patched once per set of patches (a changed patch gets a fresh copy).
+# The source, extracted and patched once per set of patches (a changed patch, a fresh copy).
 fetch_source() {
 	local version=$1 dir
 	dir=$cache/src/$version-$(cat "$release_chunks_patch_file" "$patch_file" | sha256sum | cut -c1-12)
