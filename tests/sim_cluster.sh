@@ -2,7 +2,8 @@
 # A data-parallel job on a simulated cluster (tools/sim-cluster.sh: StarPU-MPI over
 # SimGrid's SMPI, 4 nodes of h100-pcie5 on 400 Gb/s InfiniBand, the tiny preset), with the
 # chain and with the scatter exchange: it ends, every rank trains its share, plans the
-# updates of its own subgroups under dos, and every subgroup is updated once per step.
+# updates of its own subgroups under dos, and every subgroup is updated once per step;
+# and 1b with scatter: every GPU update's gradient is fetched before the update starts.
 # Writes a test-suite-style summary (# PASS / # FAIL lines) to the file named by $2.
 #
 # Usage: tests/sim_cluster.sh BUILD_SMPI_DIR SUMMARY_FILE
@@ -34,5 +35,19 @@ for exchange in chain scatter; do
 	check "$exchange: every subgroup updated once per step (${updates:-none} = $subgroups x $steps)" $?
 	[[ $fail == 0 ]] || tail -n 40 "$out"
 done
+
+# The 1b preset (11 subgroups per rank): updates become ready in the order backward ends
+# their gradients, not in plan order, while the exchange keeps application tasks queued on
+# the GPU. Each resident update's gradient must be fetched for it before it starts (in
+# plan order, 3 updates a rank started unfetched and waited: sched/dos_policy.c).
+out=$work/1b-scatter.txt
+DOS_SCHED_VERBOSE=1 timeout 300 "$top"/tools/sim-cluster.sh --build "$build" --nodes $nodes h100-pcie5 \
+	--preset 1b --precision bf16 --steps $steps --dp-exchange scatter >"$out" 2>&1
+rc=$?
+check "1b bf16, scatter: $nodes simulated nodes: the job ends (rc $rc)" $rc
+unfetched=$(sed -n 's/^starpu-dos: dos: \([0-9]*\) GPU updates started before their gradient was fetched.*/\1/p' "$out" | sort -u | tr '\n' ' ')
+[[ $(grep -c "^starpu-dos: dos: .* GPU updates started before" "$out") == "$nodes" && $unfetched == "0 " ]]
+check "1b bf16, scatter: no rank's GPU update started before its gradient was fetched for it (per rank: ${unfetched:-none})" $?
+[[ $fail == 0 ]] || tail -n 40 "$out"
 
 end_checks sim-cluster "$summary"
