@@ -1870,7 +1870,8 @@ static void pre_exec_hook(struct starpu_task *task, unsigned sched_ctx)
 		/* the update began: its window must not fetch for it any more */
 		lock_plan(p);
 		if (IS_PLACED(task->sched_data) && TAG_GENERATION(task->sched_data) == p->generation) {
-			struct fetch_window *w = window_of(p, TAG_PLACEMENT(task->sched_data), TAG_GPU(task->sched_data));
+			struct fetch_window *w =
+				window_of(p, TAG_PLACEMENT(task->sched_data), TAG_GPU(task->sched_data));
 			struct fetch_entry *e = &w->entries[TAG_INDEX(task->sched_data)];
 			e->started = 1;
 			if (e->task_fetched && w->task_fetches_pending > 0)
