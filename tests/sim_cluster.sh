@@ -38,8 +38,9 @@ done
 
 # The 1b preset (11 subgroups per rank): updates become ready in the order backward ends
 # their gradients, not in plan order, while the exchange keeps application tasks queued on
-# the GPU. Each resident update's gradient must be fetched for it before it starts (in
-# plan order, 3 updates a rank started unfetched and waited: sched/dos_policy.c).
+# the GPU. Each resident update's gradient must be fetched for it before it starts
+# (fetched in plan order, three of the four ranks started 3 updates each unfetched, and
+# those waited: sched/dos_policy.c).
 out=$work/1b-scatter.txt
 DOS_SCHED_VERBOSE=1 timeout 300 "$top"/tools/sim-cluster.sh --build "$build" --nodes $nodes h100-pcie5 \
 	--preset 1b --precision bf16 --steps $steps --dp-exchange scatter >"$out" 2>&1
