@@ -77,14 +77,14 @@ enum placement_rule { RULE_DOS, RULE_ALL_CPU, RULE_STRIDE, RULE_RESIDENT };
  * the task itself (starpu_prefetch_task_input_on_node), once it is ready (pushed) and the
  * window has reached it.
  * An update whose only fetch is task-level (a resident subgroup's gradient made by the
- * step) may also be fetched in the order updates become ready, up to `ahead` fetched and
- * not started: updates become ready in the order backward ends their gradients (the last
- * layers first), not in plan order, and they run in the order they became ready (a
- * worker's queue). Fetched in plan order only, the first-ready updates at the front of
- * the GPU's queue waited for fetches that the window would issue only once the updates
- * queued behind them had ended; each ran only when the worker, finding no application
- * task behind it, took it and fetched for itself (simulated 7b on 4 nodes, whose
- * exchange keeps application tasks queued: 175 ms). */
+ * step) is fetched instead in the order updates become ready, up to `ahead` fetched and
+ * not started (fetch_ready_in_order), not when the window reaches it: updates become
+ * ready in the order backward ends their gradients (the last layers first), not in plan
+ * order, and they run in the order they became ready (a worker's queue). Fetched in plan
+ * order, the first-ready updates at the front of the GPU's queue waited for fetches that
+ * the window would issue only once the updates queued behind them had ended; each ran
+ * only when the worker, finding no application task behind it, took it and fetched for
+ * itself (simulated 7b on 4 nodes, whose exchange keeps application tasks queued: 175 ms). */
 struct fetch_entry {
 	starpu_data_handle_t handle[4]; /* copied at plan time: the task may be gone later */
 	int nhandles;
