@@ -257,6 +257,15 @@ build_variant() {
 	printf '%s' "$prefix"
 }
 
+# One process at a time past this point: two builds sharing the cache (two checkouts
+# running `make check` at once) would each rm -rf the other's half-built prefix. The lock
+# is released when this script exits.
+mkdir -p "$cache"
+exec 9>"$cache/starpu.lock"
+if ! flock -n 9; then
+	log "waiting for another tools/deps.sh using $cache to finish"
+	flock 9
+fi
 install_packages
 [[ $packages_only == 1 ]] && exit 0
 version=$(find_starpu_source_version)
