@@ -1756,13 +1756,22 @@ static void do_schedule(unsigned sched_ctx)
 	dispatch_released(p, &release, sched_ctx);
 }
 
-/* Whether every buffer `task` reads is valid on memory node `node` already. */
+/* Whether every buffer `task` reads is valid on memory node `node` already: arrived, not
+ * on its way. (starpu_data_is_on_node also says yes while a fetch to the node is only
+ * requested or in flight: with that test an update whose gradient the window had asked
+ * for never yielded, and the worker held every task behind it for the whole transfer;
+ * 7b on 2 simulated nodes, results/cluster-fetch-order-2026-12-03.md.) */
 static int inputs_on_node(struct starpu_task *task, unsigned node)
 {
-	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
-		if ((STARPU_TASK_GET_MODE(task, b) & STARPU_R) &&
-		    !starpu_data_is_on_node(STARPU_TASK_GET_HANDLE(task, b), node))
+	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
+		int allocated, valid, loading, requested;
+		if (!(STARPU_TASK_GET_MODE(task, b) & STARPU_R))
+			continue;
+		starpu_data_query_status2(STARPU_TASK_GET_HANDLE(task, b), (int)node, &allocated, &valid, &loading,
+					  &requested);
+		if (!valid)
 			return 0;
+	}
 	return 1;
 }
 
