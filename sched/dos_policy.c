@@ -217,6 +217,9 @@ struct policy {
 	/* updates whose only fetch is task-level that started before the policy fetched for
 	 * them (their worker then fetched alone, late): none when the windows keep ahead */
 	unsigned long started_unfetched;
+	/* GPU pops where an update at the queue's front, its inputs not arrived, let a task
+	 * behind it go first (next_gpu_task) */
+	unsigned long gpu_yields;
 	/* CPU-planned updates: one pool any CPU worker of the context takes from, as
 	 * DeepSpeed's CPU Adam takes the next subgroup (cheaper than predicting which of
 	 * several cores sharing memory bandwidth finishes first) */
@@ -390,8 +393,10 @@ static void deinit_policy(unsigned sched_ctx)
 			p->stats.app_forecast_learned ? "learned" : "declared",
 			p->stats.calibrated ? "" : " (uncalibrated)");
 	if (p->verbose >= 1 && p->stats.gpu_updates > 0)
-		fprintf(stderr, "starpu-dos: %s: %lu GPU updates started before their gradient was fetched for them\n",
-			rule_name(p->rule), p->started_unfetched);
+		fprintf(stderr,
+			"starpu-dos: %s: %lu GPU updates started before their gradient was fetched for them; "
+			"%lu times an update waiting for its inputs let a task behind it go first\n",
+			rule_name(p->rule), p->started_unfetched, p->gpu_yields);
 	if (p->verbose >= 1 && p->state_inits_on_gpu + p->state_inits_on_cpu + p->state_inits_home_via_gpu > 0)
 		fprintf(stderr,
 			"starpu-dos: %s: a fresh run's state created by %lu tasks on GPU (kept there), %lu on CPU, "
@@ -1856,9 +1861,13 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
 	if (!member)
 		_dos_queues_hand_over(&p->queues, w, sched_ctx);
 	struct starpu_task *task = cpu && member && pool_first(p, w) ? take_from_cpu_pool(p, w) : NULL;
-	if (!task)
-		task = _dos_queues_pop(&p->queues, w,
-				       starpu_worker_get_type(w) == STARPU_CUDA_WORKER ? next_gpu_task : NULL);
+	if (!task && !cpu && starpu_worker_get_type(w) == STARPU_CUDA_WORKER) {
+		const struct starpu_task *front = _dos_queues_front(&p->queues, w);
+		task = _dos_queues_pop(&p->queues, w, next_gpu_task);
+		if (task != front) /* next_gpu_task let a task pass an update waiting for its inputs */
+			__atomic_fetch_add(&p->gpu_yields, 1, __ATOMIC_RELAXED);
+	} else if (!task)
+		task = _dos_queues_pop(&p->queues, w, NULL);
 	if (!task && cpu && (member || _dos_count_workers_of_type(sched_ctx, STARPU_CPU_WORKER) == 0))
 		task = take_from_cpu_pool(p, w);
 	if (!task && member)

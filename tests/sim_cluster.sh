@@ -49,6 +49,13 @@ check "1b bf16, scatter: $nodes simulated nodes: the job ends (rc $rc)" $rc
 unfetched=$(sed -n 's/^starpu-dos: dos: \([0-9]*\) GPU updates started before their gradient was fetched.*/\1/p' "$out" | sort -u | tr '\n' ' ')
 [[ $(grep -c "^starpu-dos: dos: .* GPU updates started before" "$out") == "$nodes" && $unfetched == "0 " ]]
 check "1b bf16, scatter: no rank's GPU update started before its gradient was fetched for it (per rank: ${unfetched:-none})" $?
+# While a fetched gradient is still crossing the link, the GPU runs the tasks queued behind
+# its update (the exchange's copies) instead of holding them for the transfer. Judged
+# "arrived" by starpu_data_is_on_node (yes once a fetch is requested), no rank ever let
+# one pass (this check failed); judged by validity, 2 37 51 16 (sched/dos_policy.c, inputs_on_node).
+yields=$(sed -n 's/^starpu-dos: dos: .* \([0-9]*\) times an update waiting for its inputs let a task behind it go first$/\1/p' "$out" | tr '\n' ' ')
+[[ $(wc -w <<<"$yields") == "$nodes" && $(tr ' ' '\n' <<<"$yields" | sort -n | tail -n 1) -gt 0 ]]
+check "1b bf16, scatter: a GPU lets queued tasks pass an update whose gradient is still crossing the link (per rank: ${yields:-none})" $?
 [[ $fail == 0 ]] || tail -n 40 "$out"
 
 end_checks sim-cluster "$summary"
