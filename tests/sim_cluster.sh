@@ -52,7 +52,8 @@ check "1b bf16, scatter: no rank's GPU update started before its gradient was fe
 # While a fetched gradient is still crossing the link, the GPU runs the tasks queued behind
 # its update (the exchange's copies) instead of holding them for the transfer. Judged
 # "arrived" by starpu_data_is_on_node (yes once a fetch is requested), no rank ever let
-# one pass (this check failed); judged by validity, 2 37 51 16 (sched/dos_policy.c, inputs_on_node).
+# one pass (this check failed); judged by validity, 2 37 51 16 times (sched/dos_policy.c,
+# inputs_on_node).
 yields=$(sed -n 's/^starpu-dos: dos: .* \([0-9]*\) times an update waiting for its inputs let a task behind it go first$/\1/p' "$out" | tr '\n' ' ')
 [[ $(wc -w <<<"$yields") == "$nodes" && $(tr ' ' '\n' <<<"$yields" | sort -n | tail -n 1) -gt 0 ]]
 check "1b bf16, scatter: a GPU lets queued tasks pass an update whose gradient is still crossing the link (per rank: ${yields:-none})" $?
