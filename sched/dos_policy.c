@@ -604,9 +604,11 @@ static void submit_hook(struct starpu_task *task)
 }
 
 /* Whether the whole state of an update (master weights, m and v) is on GPU memory node
- * `node`: the master alone is not enough, as a model that computes in fp32 reads the
- * master weights on the GPU in forward while m and v stay home (then 8 of the 12 bytes
- * per parameter still have to cross the link). */
+ * `node` or on its way there (starpu_data_is_on_node: a requested fetch counts, so that
+ * state being prefetched is neither fetched again nor planned elsewhere). The master
+ * alone is not enough, as a model that computes in fp32 reads the master weights on the
+ * GPU in forward while m and v stay home (then 8 of the 12 bytes per parameter still
+ * have to cross the link). */
 static int state_on_node(struct starpu_task *update, const struct _dos_update_view *u, unsigned node)
 {
 	for (int r = 0; r < DOS_ADAM_STATE_BUFFERS; r++)
