@@ -663,17 +663,23 @@ static void find_gpus(struct policy *p, unsigned sched_ctx)
 	}
 }
 
+/* Whether h's copy on memory node `node` is valid: arrived, not merely requested or in
+ * flight (which starpu_data_is_on_node also counts). */
+static int valid_on_node(starpu_data_handle_t h, unsigned node)
+{
+	int allocated, valid, loading, requested;
+	starpu_data_query_status2(h, (int)node, &allocated, &valid, &loading, &requested);
+	return valid;
+}
+
 /* Whether some memory node holds a valid copy of h. A gradient that a task of this step
  * will produce first (in a training graph, the gather after backward) has none yet, and
  * StarPU asserts on a prefetch of data that was never written. */
 static int has_valid_copy(starpu_data_handle_t h)
 {
-	for (unsigned node = 0; node < starpu_memory_nodes_get_count(); node++) {
-		int allocated, valid, loading, requested;
-		starpu_data_query_status2(h, (int)node, &allocated, &valid, &loading, &requested);
-		if (valid)
+	for (unsigned node = 0; node < starpu_memory_nodes_get_count(); node++)
+		if (valid_on_node(h, node))
 			return 1;
-	}
 	return 0;
 }
 
@@ -686,10 +692,7 @@ static int has_valid_copy(starpu_data_handle_t h)
  * 488.39 simulated ms, with more traffic). One status query first, then all nodes. */
 static int prefetch_has_work(starpu_data_handle_t h, unsigned node)
 {
-	int allocated, valid = 0, loading, requested;
-	if (node == STARPU_MAIN_RAM)
-		starpu_data_query_status2(h, (int)node, &allocated, &valid, &loading, &requested);
-	return !valid && has_valid_copy(h);
+	return !(node == STARPU_MAIN_RAM && valid_on_node(h, node)) && has_valid_copy(h);
 }
 
 /* Prefetches decided under the plan lock are issued after it is released: a prefetch can
@@ -1770,15 +1773,9 @@ static void do_schedule(unsigned sched_ctx)
  * 7b on 2 simulated nodes, results/cluster-fetch-order-2026-12-03.md.) */
 static int inputs_on_node(struct starpu_task *task, unsigned node)
 {
-	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++) {
-		int allocated, valid, loading, requested;
-		if (!(STARPU_TASK_GET_MODE(task, b) & STARPU_R))
-			continue;
-		starpu_data_query_status2(STARPU_TASK_GET_HANDLE(task, b), (int)node, &allocated, &valid, &loading,
-					  &requested);
-		if (!valid)
+	for (int b = 0; b < (int)STARPU_TASK_GET_NBUFFERS(task); b++)
+		if ((STARPU_TASK_GET_MODE(task, b) & STARPU_R) && !valid_on_node(STARPU_TASK_GET_HANDLE(task, b), node))
 			return 0;
-	}
 	return 1;
 }
 
@@ -1863,7 +1860,7 @@ static struct starpu_task *pop_task(unsigned sched_ctx)
 	if (!member)
 		_dos_queues_hand_over(&p->queues, w, sched_ctx);
 	struct starpu_task *task = cpu && member && pool_first(p, w) ? take_from_cpu_pool(p, w) : NULL;
-	if (!task && !cpu && starpu_worker_get_type(w) == STARPU_CUDA_WORKER) {
+	if (!task && starpu_worker_get_type(w) == STARPU_CUDA_WORKER) {
 		const struct starpu_task *front = _dos_queues_front(&p->queues, w);
 		task = _dos_queues_pop(&p->queues, w, next_gpu_task);
 		if (task != front) /* next_gpu_task let a task pass an update waiting for its inputs */
