@@ -163,6 +163,23 @@ static void submit_gather_chunks(struct _dos_scatter *x, uint32_t s)
 	x->ctx.submit(x->ctx.opt, task, DOS_TASK_GATHER, s);
 }
 
+static void release_host_copy(void *handle)
+{
+	starpu_data_release_on_node(handle, STARPU_MAIN_RAM);
+}
+
+/* Asks for a host copy of chunk h as soon as the gather that writes it ends. The sum that
+ * reads it runs on a CPU worker (dos_grad_sum has no GPU version), but it is pushed, and
+ * its input fetched, only when the other ranks' partials have arrived; by then the copies
+ * of every chunk this rank sends, requested as each gather ends, are queued ahead of it on
+ * the GPU-to-host link, and the sums wait for all of them. Asked for here, the copy joins
+ * the link's queue beside the sends of the same subgroup. */
+static void copy_to_host_when_written(starpu_data_handle_t h)
+{
+	int err = starpu_data_acquire_on_node_cb(h, STARPU_MAIN_RAM, STARPU_R, release_host_copy, h);
+	STARPU_ASSERT_MSG(err == 0, "StarPU refused a host copy of a gradient chunk (%d)", err);
+}
+
 static uint64_t message_index(const struct _dos_scatter *x, uint32_t s, uint32_t c)
 {
 	return (uint64_t)s * (uint64_t)x->nranks + c;
@@ -184,6 +201,8 @@ void _dos_scatter_submit_gradients(struct _dos_scatter *x, starpu_data_handle_t 
 				_dos_dp_send(*slot(x->grad_chunk, x, s, c), (int)c, DOS_DP_GRAD_CHUNK,
 					     message_index(x, s, c));
 		if (me < k) { /* chunk `me`: every rank's partial, summed in rank order */
+			if (x->ctx.copies_on_gpu)
+				copy_to_host_when_written(*slot(x->grad_chunk, x, s, me));
 			for (int r = 0; r < x->nranks; r++) {
 				partials[r] =
 					r == x->rank ? *slot(x->grad_chunk, x, s, me) : *slot(x->grad_in, x, s, r);
