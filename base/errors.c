@@ -11,12 +11,18 @@
 static _Thread_local char last_error[1024];
 static _Thread_local size_t message_at; /* where the message follows "function: " */
 static _Thread_local int held;
+static int caller_prints_errors; /* set once, before any thread starts */
 
 static int quiet(void)
 {
 	/* DOS_QUIET=1 keeps stderr clean for tests that provoke errors on purpose. */
 	const char *q = getenv("DOS_QUIET");
 	return held || (q && q[0] == '1');
+}
+
+void _dos_errors_printed_by_caller(void)
+{
+	caller_prints_errors = 1;
 }
 
 /* A message starts with the public function the user called ("dos_opt_step: ..."); the
@@ -35,7 +41,7 @@ int _dos_fail(int code, const char *function, const char *fmt, ...)
 	if (len >= 0 && (size_t)len < sizeof last_error)
 		vsnprintf(last_error + len, sizeof last_error - (size_t)len, fmt, ap);
 	va_end(ap);
-	if (!quiet())
+	if (!quiet() && !caller_prints_errors)
 		fprintf(stderr, "starpu-dos: error: %s\n", last_error);
 	return code;
 }

@@ -37,6 +37,11 @@ int _dos_starpu_init_failed(int code, const char *function, const char *call);
 const char *_dos_starpu_init_explained(int code, const char *call, char *buf, size_t size);
 #define DOS_STARPU_INIT_FAILED(code, call) _dos_starpu_init_failed((code), __func__, (call))
 
+/* For a program that prints dos_last_error() itself where a call fails (dos-train): the
+ * failures are no longer printed here, so that each is told once; warnings still are,
+ * as nothing returns them to the program. Call it before StarPU starts. */
+void _dos_errors_printed_by_caller(void);
+
 /* A warning on stderr ("starpu-dos: warning: ..."), unless DOS_QUIET=1 or errors are held:
  * for what the library does on its own that its caller should know of. */
 void _dos_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -88,7 +88,8 @@ int dos_cpu_isa_select(enum dos_cpu_isa isa)
 }
 
 /* DOS_CPU_ISA, read at the first kernel call; a bad or unsupported value is reported and
- * the best supported variant used instead, so a typo never stops a training run. */
+ * the best supported variant used instead, so a typo never stops a training run. A
+ * warning, not an error: it happens in a worker, and no call returns it to the program. */
 static const struct _dos_cpu_kernels *table_from_environment(void)
 {
 	const char *name = getenv("DOS_CPU_ISA");
@@ -98,10 +99,10 @@ static const struct _dos_cpu_kernels *table_from_environment(void)
 		if (strcmp(name, dos_cpu_isa_name((enum dos_cpu_isa)isa)) == 0) {
 			if (dos_cpu_isa_supported((enum dos_cpu_isa)isa))
 				return table_for((enum dos_cpu_isa)isa);
-			DOS_FAIL(-ENOTSUP, "DOS_CPU_ISA = %s is not supported by this CPU; using auto", name);
+			_dos_warn("DOS_CPU_ISA = %s is not supported by this CPU; using auto", name);
 			return table_for(DOS_CPU_ISA_AUTO);
 		}
-	DOS_FAIL(-EINVAL, "DOS_CPU_ISA = '%s' is not one of auto, scalar, avx2, avx512; using auto", name);
+	_dos_warn("DOS_CPU_ISA = '%s' is not one of auto, scalar, avx2, avx512; using auto", name);
 	return table_for(DOS_CPU_ISA_AUTO);
 }
 

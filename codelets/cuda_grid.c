@@ -17,8 +17,8 @@ static size_t cap_from_environment(void)
 	errno = 0;
 	long v = strtol(s, &end, 10);
 	if (errno || *end || v < 1 || v > MAX_CAP) {
-		DOS_FAIL(-EINVAL, "DOS_CUDA_MAX_BLOCKS = '%s' is not an integer in [1, %ld]; using %d", s, MAX_CAP,
-			 DOS_CUDA_DEFAULT_MAX_BLOCKS);
+		_dos_warn("DOS_CUDA_MAX_BLOCKS = '%s' is not an integer in [1, %ld]; using %d", s, MAX_CAP,
+			  DOS_CUDA_DEFAULT_MAX_BLOCKS);
 		return DOS_CUDA_DEFAULT_MAX_BLOCKS;
 	}
 	return (size_t)v;

@@ -8,7 +8,8 @@
 #  3. STARPU_SCHED naming no policy is refused as --policy is (StarPU would run its
 #     default and say nothing), and the header names the policy that runs;
 #  4. STARPU_NCPU=0 says what starpu_init's failure means and which setting caused it;
-#  5. numbers are decimal: --steps 010 is ten steps, --seed 010 seed ten, 0x3 refused.
+#  5. numbers are decimal: --steps 010 is ten steps, --seed 010 seed ten, 0x3 refused;
+#  6. the library's warnings reach the user of dos-train (a folder that cannot be locked).
 set -u
 train=./dos-train
 # shellcheck source=tests/test_lib.sh
@@ -111,3 +112,28 @@ DOS_STRIDE_K=0x3 $train --preset tiny --steps 1 --quiet --policy stride >"$work/
 grep -q "DOS_STRIDE_K = '0x3' is not a whole number in base 10" "$work/log" ||
 	fail "DOS_STRIDE_K=0x3 not refused: $(cat "$work/log")"
 echo "numbers: decimal only (010 is ten; hexadecimal, signs, spaces, exponents refused), options and variables"
+
+# ---- 6. the environment -------------------------------------------------------------------
+# flock failing as on a file system without locks: the library's warning is printed (dos-train
+# printed none: it silenced the library's messages, warnings with its errors)
+cat >"$work/noflock.c" <<'EOF'
+#include <errno.h>
+int flock(int fd, int operation)
+{
+	(void)fd;
+	(void)operation;
+	errno = ENOLCK;
+	return -1;
+}
+EOF
+if ${CC:-cc} -shared -fPIC -o "$work/noflock.so" "$work/noflock.c" 2>/dev/null; then
+	env -u DOS_QUIET LD_PRELOAD="$work/noflock.so" $train --preset tiny --steps 1 --quiet \
+		--checkpoint-dir "$work/noflock-ck" >"$work/log" 2>&1
+	if grep -q 'ASan runtime does not come first' "$work/log"; then
+		echo "(the flock warning not checked: LD_PRELOAD beside ASan)"
+	else
+		grep -q "warning: checkpoint folder $work/noflock-ck cannot be locked (flock" "$work/log" ||
+			fail "no warning for a folder that cannot be locked: $(cat "$work/log")"
+	fi
+fi
+echo "environment: the library's warnings printed"

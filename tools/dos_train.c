@@ -897,7 +897,7 @@ int main(int argc, char **argv)
 
 static int train_main(int argc, char **argv)
 {
-	setenv("DOS_QUIET", "1", 0); /* we print the library's error messages ourselves, once */
+	_dos_errors_printed_by_caller(); /* we print the library's error messages ourselves, once */
 	struct train_options opts;
 	switch (dos_train_parse_options(argc, argv, &opts, stderr)) {
 	case TRAIN_OPTIONS_RUN:
