@@ -9,7 +9,11 @@
 #     default and say nothing), and the header names the policy that runs;
 #  4. STARPU_NCPU=0 says what starpu_init's failure means and which setting caused it;
 #  5. numbers are decimal: --steps 010 is ten steps, --seed 010 seed ten, 0x3 refused;
-#  6. the library's warnings reach the user of dos-train (a folder that cannot be locked).
+#  6. the environment: StarPU's worker counts that StarPU would abort on (STARPU_NCPU=-1,
+#     =abc), a STARPU_WATCHDOG_TIMEOUT that is not a number of microseconds (it turned the
+#     watchdog off, or stopped the run as stuck after 10 us), an unusable DOS_CPU_ISA (it
+#     was reported nowhere), all refused before StarPU starts; and the library's warnings
+#     reach the user of dos-train (a folder that cannot be locked).
 set -u
 train=./dos-train
 # shellcheck source=tests/test_lib.sh
@@ -114,6 +118,17 @@ grep -q "DOS_STRIDE_K = '0x3' is not a whole number in base 10" "$work/log" ||
 echo "numbers: decimal only (010 is ten; hexadecimal, signs, spaces, exponents refused), options and variables"
 
 # ---- 6. the environment -------------------------------------------------------------------
+for setting in STARPU_NCPU=-1 STARPU_NCPU=abc STARPU_NCUDA=2x STARPU_WATCHDOG_TIMEOUT=abc \
+	STARPU_WATCHDOG_TIMEOUT=-1 STARPU_WATCHDOG_TIMEOUT=10x DOS_CPU_ISA=bogus; do
+	name=${setting%%=*} value=${setting#*=}
+	# shellcheck disable=SC2163 # the setting NAME=VALUE itself
+	export "$setting"
+	refused "$name = '$value'" -- --checkpoint-dir "$work/env-ck"
+	unset "$name"
+done
+[ -e "$work/env-ck/checkpoint-2.dos" ] && fail "a refused run saved a checkpoint"
+STARPU_WATCHDOG_TIMEOUT=0 DOS_CPU_ISA=scalar $train --preset tiny --steps 1 --quiet >"$work/log" 2>&1 ||
+	fail "STARPU_WATCHDOG_TIMEOUT=0 DOS_CPU_ISA=scalar: $(cat "$work/log")"
 # flock failing as on a file system without locks: the library's warning is printed (dos-train
 # printed none: it silenced the library's messages, warnings with its errors)
 cat >"$work/noflock.c" <<'EOF'
@@ -136,4 +151,4 @@ if ${CC:-cc} -shared -fPIC -o "$work/noflock.so" "$work/noflock.c" 2>/dev/null; 
 			fail "no warning for a folder that cannot be locked: $(cat "$work/log")"
 	fi
 fi
-echo "environment: the library's warnings printed"
+echo "environment: worker counts, the watchdog and DOS_CPU_ISA refused before StarPU starts; warnings printed"

@@ -20,6 +20,7 @@
 #include "dos.h"
 #include "errors.h"
 #include "files.h"
+#include "parse.h"
 #include "timeline.h"
 #include "train.h"
 #include "train_options.h"
@@ -663,6 +664,55 @@ static void list_policies(FILE *f)
  * with this message instead. Not under SimGrid, which reports a deadlock itself. */
 #define HANG_TIMEOUT_US "600000000"
 
+/* Checks, before StarPU starts, the environment variables that would otherwise fail late
+ * or oddly: StarPU aborts with a backtrace on a worker count that is not a whole number
+ * (STARPU_NCPU=abc) or is negative; STARPU_WATCHDOG_TIMEOUT was read with atoll, so that
+ * "abc" or "-1" turned the watchdog off without a word and "10x" stopped the run as stuck
+ * after 10 us; with a DOS_CPU_ISA it cannot use, the library warns from a worker and runs
+ * another variant, which a run that forces one to measure it should not do. An empty
+ * worker count is left to StarPU: it means no worker, which start_starpu explains.
+ * Returns 0, or 2 after a message naming the variable and its value. */
+static int check_environment(void)
+{
+	static const char *const counts[] = {"STARPU_NCPU",    "STARPU_NCPUS", "STARPU_NCUDA",
+					     "STARPU_NOPENCL", "STARPU_NHIP",  "STARPU_RESERVE_NCPU"};
+	uint64_t x;
+	for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+		const char *value = getenv(counts[i]);
+		if (value && *value && _dos_parse_u64(value, 0, INT_MAX, &x) != 0) {
+			fprintf(stderr, "dos-train: %s = '%s': expected a whole number in base 10 in [0, %d]\n",
+				counts[i], value, INT_MAX);
+			return 2;
+		}
+	}
+	const char *watchdog = getenv("STARPU_WATCHDOG_TIMEOUT");
+	if (watchdog && _dos_parse_u64(watchdog, 0, INT64_MAX, &x) != 0) {
+		fprintf(stderr,
+			"dos-train: STARPU_WATCHDOG_TIMEOUT = '%s': expected a whole number of microseconds in base 10 "
+			"(0 turns the watchdog off; unset, it is %s)\n",
+			watchdog, HANG_TIMEOUT_US);
+		return 2;
+	}
+	const char *isa = getenv("DOS_CPU_ISA");
+	if (isa && *isa) {
+		int known = 0;
+		for (int i = DOS_CPU_ISA_AUTO; i <= DOS_CPU_ISA_AVX512 && !known; i++)
+			if (!strcmp(isa, dos_cpu_isa_name((enum dos_cpu_isa)i))) {
+				known = 1;
+				if (!dos_cpu_isa_supported((enum dos_cpu_isa)i)) {
+					fprintf(stderr, "dos-train: DOS_CPU_ISA = '%s': not supported by this CPU\n",
+						isa);
+					return 2;
+				}
+			}
+		if (!known) {
+			fprintf(stderr, "dos-train: DOS_CPU_ISA = '%s': one of auto, scalar, avx2, avx512\n", isa);
+			return 2;
+		}
+	}
+	return 0;
+}
+
 static void stop_hung_run(void *arg)
 {
 	(void)arg;
@@ -701,7 +751,7 @@ static int start_starpu(struct train_options *o, int *argc, char ***argv, struct
 	setenv("STARPU_WATCHDOG_TIMEOUT", HANG_TIMEOUT_US, 0); /* the user's own setting wins */
 #endif
 	const char *watchdog = getenv("STARPU_WATCHDOG_TIMEOUT");
-	if (watchdog && atoll(watchdog) <= 0) /* 0 turns it off (StarPU would check without pause) */
+	if (watchdog && atoll(watchdog) == 0) /* 0 turns it off (StarPU would check without pause) */
 		unsetenv("STARPU_WATCHDOG_TIMEOUT");
 	starpu_task_watchdog_set_hook(stop_hung_run, NULL);
 	struct starpu_conf conf;
@@ -927,6 +977,8 @@ static int train_main(int argc, char **argv)
 	}
 #endif
 	int status = check_files(&opts);
+	if (!status)
+		status = check_environment();
 	if (status)
 		return status;
 	struct dos_rank_binding binding = {0};
