@@ -1796,6 +1796,14 @@ static int refuse_others(const char *function, const char *dir, const struct _do
 		snprintf(what + strlen(what), sizeof what - strlen(what),
 			 "%s%zu checkpoint file%s that cannot be read (%s%s)", others ? " and " : "", damaged,
 			 damaged > 1 ? "s" : "", unreadable, damaged > 2 ? "; ..." : "");
+	if (!others)
+		/* every checkpoint there is unreadable: --resume finds none that loads, and refuses
+		 * too; sending the user to it made a loop */
+		return _dos_fail(
+			-EEXIST, function,
+			"checkpoint folder %s holds %s and nothing that can be resumed; move them away, or give "
+			"another folder",
+			dir, what);
 	return _dos_fail(-EEXIST, function, "checkpoint folder %s holds %s; %s", dir, what, advice);
 }
 

@@ -4,7 +4,8 @@
 #  1. a fresh run in a folder holding another run's checkpoints refuses before any step,
 #     naming the folder and the files and saying what to do, and leaves them as they were
 #     (it used to train, delete the other run's files by retention, and let a later
-#     --resume continue the other run);
+#     --resume continue the other run); with only damaged checkpoints there, it does not
+#     advise --resume, which finds none that loads;
 #  2. a second process on a folder in use is refused, told the holder's pid; the first
 #     ends as it would alone, and after a SIGKILL the folder is free at once;
 #  3. temporary files of killed saves are removed when a run takes the folder;
@@ -41,7 +42,20 @@ $train $tiny --steps 2 --checkpoint-dir "$work/other" >"$work/log" 2>&1 && fail 
 grep -q "3 checkpoint files of another run\|checkpoint-9.shard-0-of-2.dos" "$work/log" ||
 	fail "the shard is not named: $(cat "$work/log")"
 rm "$work/other/checkpoint-9.shard-0-of-2.dos"
-echo "a fresh run refuses a folder with another run's checkpoints, naming them, and changes nothing"
+# only damaged checkpoints: --resume finds none that loads, so the refusal does not send the
+# user there (it did: each refusal pointed to the other)
+mkdir "$work/empties" && : >"$work/empties/checkpoint-4.dos" && : >"$work/empties/checkpoint-5.dos"
+# shellcheck disable=SC2086
+$train $tiny --steps 2 --checkpoint-dir "$work/empties" --resume >"$work/log" 2>&1 &&
+	fail "--resume took a folder of empty checkpoints"
+grep -q 'none of the 2 checkpoints' "$work/log" || fail "--resume on damaged checkpoints: $(cat "$work/log")"
+# shellcheck disable=SC2086
+$train $tiny --steps 2 --checkpoint-dir "$work/empties" >"$work/log" 2>&1 &&
+	fail "a fresh run took a folder of empty checkpoints"
+grep -q 'cannot be read .*nothing that can be resumed; move them away' "$work/log" &&
+	! grep -q -- '--resume' "$work/log" || fail "the refusal of damaged checkpoints: $(cat "$work/log")"
+echo "a fresh run refuses a folder with another run's checkpoints, naming them, and changes nothing;"
+echo "  one of damaged checkpoints alone is not sent to --resume"
 
 # ---- 2. one process at a time -------------------------------------------------------------
 # (the holder runs long enough for the second to start StarPU and reach the folder)
