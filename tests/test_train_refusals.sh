@@ -9,6 +9,8 @@
 #     default and say nothing), and the header names the policy that runs;
 #  4. STARPU_NCPU=0 says what starpu_init's failure means and which setting caused it;
 #  5. numbers are decimal: --steps 010 is ten steps, --seed 010 seed ten, 0x3 refused;
+#     Adam's hyperparameters out of range are refused before StarPU starts, naming the
+#     option (--beta1, not hp->beta1);
 #  6. the environment: StarPU's worker counts that StarPU would abort on (STARPU_NCPU=-1,
 #     =abc), a STARPU_WATCHDOG_TIMEOUT that is not a number of microseconds (it turned the
 #     watchdog off, or stopped the run as stuck after 10 us), an unusable DOS_CPU_ISA (it
@@ -116,6 +118,14 @@ DOS_STRIDE_K=0x3 $train --preset tiny --steps 1 --quiet --policy stride >"$work/
 grep -q "DOS_STRIDE_K = '0x3' is not a whole number in base 10" "$work/log" ||
 	fail "DOS_STRIDE_K=0x3 not refused: $(cat "$work/log")"
 echo "numbers: decimal only (010 is ten; hexadecimal, signs, spaces, exponents refused), options and variables"
+# Adam's hyperparameters out of range: refused before StarPU starts, under the option's
+# name (the library's rule; the run stopped after building the model, naming hp->beta1)
+refused "--beta1 = 1 must be in [0, 1)" -- --beta1 1
+refused "--beta2 = -0.5 must be in [0, 1)" -- --beta2 -0.5
+refused "--lr = -1 must be finite and >= 0" -- --lr -1
+refused "--eps = 0 must be finite and > 0" -- --eps 0
+refused "--weight-decay = -0.1 must be finite and >= 0" -- --weight-decay -0.1
+echo "hyperparameters: out-of-range values refused before StarPU starts, naming the option"
 
 # ---- 6. the environment -------------------------------------------------------------------
 for setting in STARPU_NCPU=-1 STARPU_NCPU=abc STARPU_NCUDA=2x STARPU_WATCHDOG_TIMEOUT=abc \

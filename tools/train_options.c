@@ -236,6 +236,33 @@ static const struct option options[] = {
 };
 #undef OPTION
 
+/* Adam's hyperparameters, judged by the library's own rule (dos_adam_step_init) here,
+ * before StarPU starts, and reported under the options' names: the run used to stop only
+ * after building the model, naming a field of the library's struct ("hp->beta1"). */
+static bool hparams_usable(FILE *err, const struct dos_adam_hparams *hp)
+{
+	static const struct {
+		const char *field, *option;
+	} names[] = {{"hp->lr", "--lr"},
+		     {"hp->beta1", "--beta1"},
+		     {"hp->beta2", "--beta2"},
+		     {"hp->eps", "--eps"},
+		     {"hp->weight_decay", "--weight-decay"}};
+	struct dos_adam_step probe;
+	if (dos_adam_step_init(&probe, hp, 1, 1.0) == 0)
+		return true;
+	const char *message = dos_last_error();
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+		const char *at = strstr(message, names[i].field);
+		if (at) {
+			fprintf(err, "dos-train: %s%s\n", names[i].option, at + strlen(names[i].field));
+			return false;
+		}
+	}
+	fprintf(err, "dos-train: %s\n", message);
+	return false;
+}
+
 int dos_train_parse_options(int argc, char **argv, struct train_options *out, FILE *err)
 {
 	*out = (struct train_options){
@@ -472,5 +499,5 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 	}
 	cfg->opt.dynamic_loss_scale = loss_scale > 0;
 	cfg->opt.loss_scale_init = loss_scale;
-	return TRAIN_OPTIONS_RUN;
+	return hparams_usable(err, &cfg->opt.hp) ? TRAIN_OPTIONS_RUN : TRAIN_OPTIONS_BAD;
 }
