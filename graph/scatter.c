@@ -123,10 +123,12 @@ static void submit_chunk_copy(struct _dos_scatter *x, uint32_t s, int to_chunks,
 	if (to_chunks)
 		/* The owner's updated weights, cut into the chunks it sends: every other rank's
 		 * refresh, and so its next forward, waits for them, and the owner of the first
-		 * layers updates last. A 0.1 ms task on the GPU, it goes ahead of the refreshes
-		 * and updates queued there waiting for their transfers (an update's end
-		 * pushes it behind them): on 4 simulated nodes of 7b they held the last five
-		 * copies for up to 120 ms (results/scatter-own-chunk-2026-12-03.md). */
+		 * layers updates last. This 0.1 ms GPU task becomes ready when its update ends,
+		 * behind the refreshes and updates queued meanwhile, which wait for their
+		 * transfers; at priority 1 (the optimizer's tasks have 0) it passes them in a
+		 * policy that honours priorities (dos; dmda keeps StarPU's default range, [0,
+		 * 0]). On 4 simulated nodes of 7b the last five copies used to wait up to 120
+		 * ms (results/scatter-own-chunk-2026-12-03.md). */
 		task->priority = 1;
 	x->ctx.submit(x->ctx.opt, task, phase, s);
 }
