@@ -280,32 +280,67 @@ static void unlock_plan(struct policy *p)
 	STARPU_PTHREAD_MUTEX_UNLOCK(&p->plan_lock);
 }
 
-static double env_double(const char *name, double fallback, double lo, double hi)
+/* The policies' numeric settings and their ranges: one rule for init_policy, which warns
+ * and keeps the default (a scheduling policy cannot refuse to start), and for
+ * _dos_policy_settings_check, with which a program refuses them before StarPU starts. */
+static const struct setting {
+	const char *name;
+	int whole; /* a whole number in base 10, else a decimal one */
+	double lo, hi;
+} settings[] = {
+	{"DOS_STRIDE_K", 1, 1, 1000000},     /* stride: every k-th update on the GPU */
+	{"DOS_RESIDENT_RATIO", 0, 0, 1},     /* resident: the share kept on the GPU */
+	{"DOS_GPU_RESERVE_MIB", 0, 0, 1e9},  /* GPU memory the plans leave alone */
+	{"DOS_SCHED_VERBOSE", 1, 0, 9},      /* what the policies print at shutdown */
+	{"DOS_GPU_DECLARED_MIB", 0, 0, 1e9}, /* overrides the application's declared GPU memory */
+};
+
+/* Setting `name`'s value into *x: 1 if set and valid, 0 if unset or empty, -1 if bad
+ * (with why[] saying so). */
+static int read_setting(const char *name, double *x, char *why, size_t size)
 {
+	const struct setting *st = NULL;
+	for (size_t i = 0; i < sizeof settings / sizeof *settings && !st; i++)
+		if (!strcmp(settings[i].name, name))
+			st = &settings[i];
+	STARPU_ASSERT_MSG(st, "%s is not one of the policy's settings", name);
 	const char *s = getenv(name);
 	if (!s || !*s)
-		return fallback;
-	double x;
-	if (_dos_parse_double(s, &x) != 0 || !(x >= lo && x <= hi)) {
-		fprintf(stderr, "starpu-dos: %s = '%s' is not a decimal number in [%g, %g]; using %g\n", name, s, lo,
-			hi, fallback);
-		return fallback;
+		return 0;
+	uint64_t u;
+	if (st->whole ? _dos_parse_u64(s, (uint64_t)st->lo, (uint64_t)st->hi, &u) == 0
+		      : _dos_parse_double(s, x) == 0 && *x >= st->lo && *x <= st->hi) {
+		if (st->whole)
+			*x = (double)u;
+		return 1;
 	}
-	return x;
+	snprintf(why, size, "%s = '%s' is not a %s in [%.15g, %.15g]", name, s,
+		 st->whole ? "whole number in base 10" : "decimal number", st->lo, st->hi);
+	return -1;
 }
 
-static uint64_t env_u64(const char *name, uint64_t fallback, uint64_t lo, uint64_t hi)
+static double env_setting(const char *name, double fallback)
 {
-	const char *s = getenv(name);
-	uint64_t x;
-	if (!s || !*s)
-		return fallback;
-	if (_dos_parse_u64(s, lo, hi, &x) != 0) {
-		fprintf(stderr, "starpu-dos: %s = '%s' is not a whole number in base 10 in [%llu, %llu]; using %llu\n",
-			name, s, (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)fallback);
-		return fallback;
+	char why[256];
+	double x;
+	int got = read_setting(name, &x, why, sizeof why);
+	if (got < 0)
+		fprintf(stderr, "starpu-dos: %s; using %g\n", why, fallback);
+	return got > 0 ? x : fallback;
+}
+
+int _dos_policy_settings_check(char *why, size_t size)
+{
+	double x;
+	for (size_t i = 0; i < sizeof settings / sizeof *settings; i++)
+		if (read_setting(settings[i].name, &x, why, size) < 0)
+			return -EINVAL;
+	const char *forecast = getenv("DOS_GPU_FORECAST");
+	if (forecast && *forecast && strcmp(forecast, "declared") && strcmp(forecast, "learned")) {
+		snprintf(why, size, "DOS_GPU_FORECAST = '%s' is neither 'learned' nor 'declared'", forecast);
+		return -EINVAL;
 	}
-	return x;
+	return 0;
 }
 
 static void init_policy(unsigned sched_ctx, enum placement_rule rule)
@@ -313,12 +348,12 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 	struct policy *p = calloc(1, sizeof *p);
 	STARPU_ASSERT_MSG(p, "out of memory for the dos policy");
 	p->rule = rule;
-	p->stride_k = (int)env_u64("DOS_STRIDE_K", 2, 1, 1000000);
-	p->resident_ratio = env_double("DOS_RESIDENT_RATIO", 0.5, 0, 1);
-	p->declared_reserve_bytes = env_double("DOS_GPU_RESERVE_MIB", 0, 0, 1e9) * 1048576.0;
-	p->verbose = (int)env_u64("DOS_SCHED_VERBOSE", 0, 0, 9);
-	p->declared_override_bytes =
-		getenv("DOS_GPU_DECLARED_MIB") ? env_double("DOS_GPU_DECLARED_MIB", -1, 0, 1e9) * 1048576.0 : -1;
+	p->stride_k = (int)env_setting("DOS_STRIDE_K", 2);
+	p->resident_ratio = env_setting("DOS_RESIDENT_RATIO", 0.5);
+	p->declared_reserve_bytes = env_setting("DOS_GPU_RESERVE_MIB", 0) * 1048576.0;
+	p->verbose = (int)env_setting("DOS_SCHED_VERBOSE", 0);
+	double declared_mib = env_setting("DOS_GPU_DECLARED_MIB", -1);
+	p->declared_override_bytes = declared_mib >= 0 ? declared_mib * 1048576.0 : -1;
 	const char *forecast = getenv("DOS_GPU_FORECAST");
 	p->forecast_declared_only = forecast && strcmp(forecast, "declared") == 0;
 	if (forecast && *forecast && !p->forecast_declared_only && strcmp(forecast, "learned") != 0)

@@ -14,7 +14,8 @@
 #  6. the environment: StarPU's worker counts that StarPU would abort on (STARPU_NCPU=-1,
 #     =abc), a STARPU_WATCHDOG_TIMEOUT that is not a number of microseconds (it turned the
 #     watchdog off, or stopped the run as stuck after 10 us), an unusable DOS_CPU_ISA (it
-#     was reported nowhere), all refused before StarPU starts; and the library's warnings
+#     was reported nowhere), the policies' settings out of range (each policy warned and
+#     ran with its default), all refused before StarPU starts; and the library's warnings
 #     reach the user of dos-train (a folder that cannot be locked).
 set -u
 train=./dos-train
@@ -114,9 +115,9 @@ $train --preset tiny --steps 2 --quiet --seed 010 --dump "$work/a.bin" >/dev/nul
 	$train --preset tiny --steps 2 --quiet --seed 10 --dump "$work/b.bin" >/dev/null 2>&1 &&
 	$train --preset tiny --steps 2 --quiet --seed 8 --dump "$work/c.bin" >/dev/null 2>&1 || fail "--seed runs failed"
 cmp -s "$work/a.bin" "$work/b.bin" && ! cmp -s "$work/a.bin" "$work/c.bin" || fail "--seed 010 is not seed 10"
-DOS_STRIDE_K=0x3 $train --preset tiny --steps 1 --quiet --policy stride >"$work/log" 2>&1 || fail "stride run failed"
-grep -q "DOS_STRIDE_K = '0x3' is not a whole number in base 10" "$work/log" ||
-	fail "DOS_STRIDE_K=0x3 not refused: $(cat "$work/log")"
+export DOS_STRIDE_K=0x3
+refused "DOS_STRIDE_K = '0x3' is not a whole number in base 10 in [1, 1000000]" -- --policy stride
+unset DOS_STRIDE_K
 echo "numbers: decimal only (010 is ten; hexadecimal, signs, spaces, exponents refused), options and variables"
 # Adam's hyperparameters out of range: refused before StarPU starts, under the option's
 # name (the library's rule; the run stopped after building the model, naming hp->beta1)
@@ -129,7 +130,8 @@ echo "hyperparameters: out-of-range values refused before StarPU starts, naming 
 
 # ---- 6. the environment -------------------------------------------------------------------
 for setting in STARPU_NCPU=-1 STARPU_NCPU=abc STARPU_NCUDA=2x STARPU_WATCHDOG_TIMEOUT=abc \
-	STARPU_WATCHDOG_TIMEOUT=-1 STARPU_WATCHDOG_TIMEOUT=10x DOS_CPU_ISA=bogus; do
+	STARPU_WATCHDOG_TIMEOUT=-1 STARPU_WATCHDOG_TIMEOUT=10x DOS_CPU_ISA=bogus DOS_STRIDE_K=0 \
+	DOS_RESIDENT_RATIO=2 DOS_SCHED_VERBOSE=x DOS_GPU_RESERVE_MIB=-1 DOS_GPU_FORECAST=guess; do
 	name=${setting%%=*} value=${setting#*=}
 	# shellcheck disable=SC2163 # the setting NAME=VALUE itself
 	export "$setting"
@@ -161,4 +163,4 @@ if ${CC:-cc} -shared -fPIC -o "$work/noflock.so" "$work/noflock.c" 2>/dev/null; 
 			fail "no warning for a folder that cannot be locked: $(cat "$work/log")"
 	fi
 fi
-echo "environment: worker counts, the watchdog and DOS_CPU_ISA refused before StarPU starts; warnings printed"
+echo "environment: worker counts, the watchdog, DOS_CPU_ISA and the policies' settings refused before StarPU starts; warnings printed"

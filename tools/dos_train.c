@@ -18,6 +18,7 @@
 #include "bench.h"
 #include "config.h"
 #include "dos.h"
+#include "dos_policy.h"
 #include "errors.h"
 #include "files.h"
 #include "parse.h"
@@ -709,6 +710,13 @@ static int check_environment(void)
 			fprintf(stderr, "dos-train: DOS_CPU_ISA = '%s': one of auto, scalar, avx2, avx512\n", isa);
 			return 2;
 		}
+	}
+	/* the policies' own settings: a policy warns and keeps its default (it cannot refuse
+	 * to start), which would run another experiment than the one asked for */
+	char why[256];
+	if (_dos_policy_settings_check(why, sizeof why) != 0) {
+		fprintf(stderr, "dos-train: %s\n", why);
+		return 2;
 	}
 	return 0;
 }
