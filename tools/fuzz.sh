@@ -7,7 +7,8 @@
 #               and codelets/dtype.c; seeds: valid checkpoints;
 #   options     dos-train's option parser (dos_train_parse_options, tools/train_options.c):
 #               tests/fuzz/fuzz_options.c with tools/train_options.c, graph/model.c,
-#               base/parse.c and base/errors.c; seeds: the command lines of tests/test_train.sh.
+#               base/parse.c, base/errors.c and codelets/step.c (the hyperparameters'
+#               rule); seeds: the command lines of tests/test_train.sh.
 # Plain C, no libstarpu: StarPU only for its headers (include/dos.h includes starpu.h).
 # One summary line per target:
 #   fuzz: checkpoint reader: N runs in S s, coverage C, crashes K
@@ -116,7 +117,7 @@ prepare_options() {
 	"$cc" "${sanitize[@]}" -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 		-Wno-unused-parameter -Werror "${includes[@]}" \
 		"$top/tests/fuzz/fuzz_options.c" "$top/tools/train_options.c" "$top/graph/model.c" \
-		"$top/base/parse.c" "$top/base/errors.c" "$top/codelets/dtype.c" -lm -o "$bin.new"
+		"$top/base/parse.c" "$top/base/errors.c" "$top/codelets/dtype.c" "$top/codelets/step.c" -lm -o "$bin.new"
 	mv "$bin.new" "$bin"
 
 	# Seeds: the command lines of tests/test_train.sh (runs and refusals) and a few more
