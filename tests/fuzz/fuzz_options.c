@@ -27,9 +27,10 @@
  * A broken rule calls abort(), which libFuzzer reports as a crash with the input saved.
  *
  * Only train_options.c, graph/model.c (for _dos_model_param_count), base/parse.c,
- * base/errors.c and codelets/step.c (Adam's hyperparameters) are linked, without libstarpu: the rest of graph/model.c creates StarPU tasks and data,
- * which the parser never reaches, so the StarPU functions and model codelets it refers to
- * are stand-ins at the end of this file that abort if called. */
+ * base/errors.c and codelets/step.c (Adam's hyperparameters) are linked, without
+ * libstarpu: the rest of graph/model.c creates StarPU tasks and data, which the parser
+ * never reaches, so the StarPU functions and model codelets it refers to are stand-ins at
+ * the end of this file that abort if called. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdbool.h>
