@@ -3,6 +3,7 @@
  * DOS_CPU_ISA to force a variant for tests and benchmarks. */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,23 +88,35 @@ int dos_cpu_isa_select(enum dos_cpu_isa isa)
 	return 0;
 }
 
+int _dos_cpu_isa_from_env(enum dos_cpu_isa *isa, char *why, size_t size)
+{
+	const char *name = getenv("DOS_CPU_ISA");
+	*isa = DOS_CPU_ISA_AUTO;
+	if (!name || !*name)
+		return 0;
+	for (int i = DOS_CPU_ISA_AUTO; i <= DOS_CPU_ISA_AVX512; i++)
+		if (strcmp(name, dos_cpu_isa_name((enum dos_cpu_isa)i)) == 0) {
+			if (!dos_cpu_isa_supported((enum dos_cpu_isa)i)) {
+				snprintf(why, size, "DOS_CPU_ISA = '%s' is not supported by this CPU", name);
+				return -ENOTSUP;
+			}
+			*isa = (enum dos_cpu_isa)i;
+			return 0;
+		}
+	snprintf(why, size, "DOS_CPU_ISA = '%s' is not one of auto, scalar, avx2, avx512", name);
+	return -EINVAL;
+}
+
 /* DOS_CPU_ISA, read at the first kernel call; a bad or unsupported value is reported and
  * the best supported variant used instead, so a typo never stops a training run. A
  * warning, not an error: it happens in a worker, and no call returns it to the program. */
 static const struct _dos_cpu_kernels *table_from_environment(void)
 {
-	const char *name = getenv("DOS_CPU_ISA");
-	if (!name || !*name)
-		return table_for(DOS_CPU_ISA_AUTO);
-	for (int isa = DOS_CPU_ISA_AUTO; isa <= DOS_CPU_ISA_AVX512; isa++)
-		if (strcmp(name, dos_cpu_isa_name((enum dos_cpu_isa)isa)) == 0) {
-			if (dos_cpu_isa_supported((enum dos_cpu_isa)isa))
-				return table_for((enum dos_cpu_isa)isa);
-			_dos_warn("DOS_CPU_ISA = %s is not supported by this CPU; using auto", name);
-			return table_for(DOS_CPU_ISA_AUTO);
-		}
-	_dos_warn("DOS_CPU_ISA = '%s' is not one of auto, scalar, avx2, avx512; using auto", name);
-	return table_for(DOS_CPU_ISA_AUTO);
+	enum dos_cpu_isa isa;
+	char why[160];
+	if (_dos_cpu_isa_from_env(&isa, why, sizeof why) != 0)
+		_dos_warn("%s; using auto", why);
+	return table_for(isa);
 }
 
 const struct _dos_cpu_kernels *_dos_cpu_kernels_selected(void)

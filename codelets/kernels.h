@@ -33,6 +33,11 @@ extern const struct _dos_cpu_kernels _dos_cpu_kernels_scalar;
 extern const struct _dos_cpu_kernels _dos_cpu_kernels_avx2;
 extern const struct _dos_cpu_kernels _dos_cpu_kernels_avx512;
 
+/* The variant DOS_CPU_ISA asks for into *isa (DOS_CPU_ISA_AUTO when unset or empty): 0,
+ * or -EINVAL (not a variant's name) or -ENOTSUP (not on this CPU) with why[] naming the
+ * value and *isa DOS_CPU_ISA_AUTO. The kernels warn and use auto; dos-train refuses. */
+int _dos_cpu_isa_from_env(enum dos_cpu_isa *isa, char *why, size_t size);
+
 /* The table selected by dos_cpu_isa_select() or DOS_CPU_ISA, else the best supported. */
 const struct _dos_cpu_kernels *_dos_cpu_kernels_selected(void);
 

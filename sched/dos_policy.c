@@ -329,18 +329,26 @@ static double env_setting(const char *name, double fallback)
 	return got > 0 ? x : fallback;
 }
 
+/* DOS_GPU_FORECAST: whether plans use the declaration alone (1: "declared") or also what
+ * is learned (0: "learned", the default); -1 if bad (with why[] saying so). */
+static int read_forecast(char *why, size_t size)
+{
+	const char *forecast = getenv("DOS_GPU_FORECAST");
+	if (!forecast || !*forecast || !strcmp(forecast, "learned"))
+		return 0;
+	if (!strcmp(forecast, "declared"))
+		return 1;
+	snprintf(why, size, "DOS_GPU_FORECAST = '%s' is neither 'learned' nor 'declared'", forecast);
+	return -1;
+}
+
 int _dos_policy_settings_check(char *why, size_t size)
 {
 	double x;
 	for (size_t i = 0; i < sizeof settings / sizeof *settings; i++)
 		if (read_setting(settings[i].name, &x, why, size) < 0)
 			return -EINVAL;
-	const char *forecast = getenv("DOS_GPU_FORECAST");
-	if (forecast && *forecast && strcmp(forecast, "declared") && strcmp(forecast, "learned")) {
-		snprintf(why, size, "DOS_GPU_FORECAST = '%s' is neither 'learned' nor 'declared'", forecast);
-		return -EINVAL;
-	}
-	return 0;
+	return read_forecast(why, size) < 0 ? -EINVAL : 0;
 }
 
 static void init_policy(unsigned sched_ctx, enum placement_rule rule)
@@ -354,12 +362,11 @@ static void init_policy(unsigned sched_ctx, enum placement_rule rule)
 	p->verbose = (int)env_setting("DOS_SCHED_VERBOSE", 0);
 	double declared_mib = env_setting("DOS_GPU_DECLARED_MIB", -1);
 	p->declared_override_bytes = declared_mib >= 0 ? declared_mib * 1048576.0 : -1;
-	const char *forecast = getenv("DOS_GPU_FORECAST");
-	p->forecast_declared_only = forecast && strcmp(forecast, "declared") == 0;
-	if (forecast && *forecast && !p->forecast_declared_only && strcmp(forecast, "learned") != 0)
-		fprintf(stderr,
-			"starpu-dos: DOS_GPU_FORECAST = '%s' is neither 'learned' nor 'declared'; using learned\n",
-			forecast);
+	char why[256];
+	int forecast = read_forecast(why, sizeof why);
+	if (forecast < 0)
+		fprintf(stderr, "starpu-dos: %s; using learned\n", why);
+	p->forecast_declared_only = forecast == 1;
 	for (int k = 0; k < MAX_GPUS; k++)
 		_dos_app_memory_init(&p->gpu[k].app_memory, &p->optimizer_data);
 	_dos_update_codelets_from_env();

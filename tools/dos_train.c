@@ -21,6 +21,7 @@
 #include "dos_policy.h"
 #include "errors.h"
 #include "files.h"
+#include "kernels.h"
 #include "parse.h"
 #include "timeline.h"
 #include "train.h"
@@ -694,26 +695,14 @@ static int check_environment(void)
 			watchdog, HANG_TIMEOUT_US);
 		return 2;
 	}
-	const char *isa = getenv("DOS_CPU_ISA");
-	if (isa && *isa) {
-		int known = 0;
-		for (int i = DOS_CPU_ISA_AUTO; i <= DOS_CPU_ISA_AVX512 && !known; i++)
-			if (!strcmp(isa, dos_cpu_isa_name((enum dos_cpu_isa)i))) {
-				known = 1;
-				if (!dos_cpu_isa_supported((enum dos_cpu_isa)i)) {
-					fprintf(stderr, "dos-train: DOS_CPU_ISA = '%s': not supported by this CPU\n",
-						isa);
-					return 2;
-				}
-			}
-		if (!known) {
-			fprintf(stderr, "dos-train: DOS_CPU_ISA = '%s': one of auto, scalar, avx2, avx512\n", isa);
-			return 2;
-		}
+	char why[256];
+	enum dos_cpu_isa isa;
+	if (_dos_cpu_isa_from_env(&isa, why, sizeof why) != 0) {
+		fprintf(stderr, "dos-train: %s\n", why);
+		return 2;
 	}
 	/* the policies' own settings: a policy warns and keeps its default (it cannot refuse
 	 * to start), which would run another experiment than the one asked for */
-	char why[256];
 	if (_dos_policy_settings_check(why, sizeof why) != 0) {
 		fprintf(stderr, "dos-train: %s\n", why);
 		return 2;
