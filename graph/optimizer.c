@@ -98,17 +98,10 @@ int _dos_optimizer_config_check(const struct _dos_optimizer_config *c, uint64_t 
 		return DOS_FAIL(-EINVAL, "tensor_grad_dtype = %d (%s) must be fp32 or the tensor dtype %s",
 				(int)c->tensor_grad_dtype, dos_dtype_name(c->tensor_grad_dtype),
 				dos_dtype_name(c->tensor_dtype));
-	/* a subgroup is one StarPU vector, whose length is 32-bit */
-	uint64_t max_subgroup = nparams < UINT32_MAX ? nparams : UINT32_MAX;
-	if (c->subgroup_size == 0 || c->subgroup_size > max_subgroup)
-		return DOS_FAIL(-EINVAL,
-				"subgroup_size = %llu must be in [1, %llu] (the model's parameter count, at most "
-				"2^32 - 1)",
-				(unsigned long long)c->subgroup_size, (unsigned long long)max_subgroup);
-	if ((err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)) || (err = dos_lr_schedule_check(&c->lr_schedule)))
+	if ((err = _dos_subgroup_size_check(c->subgroup_size, nparams)) ||
+	    (err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)) || (err = dos_lr_schedule_check(&c->lr_schedule)) ||
+	    (err = _dos_clip_norm_check(c->clip_norm)))
 		return err;
-	if (!(c->clip_norm >= 0) || !isfinite(c->clip_norm))
-		return DOS_FAIL(-EINVAL, "clip_norm = %g must be finite and >= 0 (0 turns clipping off)", c->clip_norm);
 	if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1) || !isfinite(c->loss_scale_init)))
 		return DOS_FAIL(-EINVAL, "loss_scale_init = %g: dynamic loss scaling needs a finite scale >= 1",
 				c->loss_scale_init);

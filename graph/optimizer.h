@@ -21,9 +21,12 @@
 #ifndef DOS_OPTIMIZER_H
 #define DOS_OPTIMIZER_H
 
+#include <errno.h>
+#include <math.h>
 #include <starpu.h>
 
 #include "dos.h"
+#include "errors.h"
 #include "data_parallel.h"
 #include "checkpoint.h"
 #include "phase.h"
@@ -85,6 +88,30 @@ struct _dos_step_report {
  * rank (not the scheduling context: callable before StarPU starts).
  * Returns 0 or -EINVAL naming the field and its value. */
 int _dos_optimizer_config_check(const struct _dos_optimizer_config *cfg, uint64_t nparams);
+
+/* Two of its rules alone, for a program that checks its settings before StarPU starts
+ * (dos-train's options): the same rules, so that both refuse the same values. Inline, so
+ * that such a check needs nothing of the optimizer linked in (tests/fuzz/fuzz_options.c
+ * links the option parser without it). Each returns 0 or -EINVAL naming the field
+ * (clip_norm, subgroup_size) and its value. */
+static inline int _dos_clip_norm_check(double clip_norm)
+{
+	if (!(clip_norm >= 0) || !isfinite(clip_norm))
+		return DOS_FAIL(-EINVAL, "clip_norm = %g must be finite and >= 0 (0 turns clipping off)", clip_norm);
+	return 0;
+}
+
+/* a subgroup is one StarPU vector, whose length is 32-bit */
+static inline int _dos_subgroup_size_check(uint64_t subgroup_size, uint64_t nparams)
+{
+	uint64_t max_subgroup = nparams < UINT32_MAX ? nparams : UINT32_MAX;
+	if (subgroup_size == 0 || subgroup_size > max_subgroup)
+		return DOS_FAIL(-EINVAL,
+				"subgroup_size = %llu must be in [1, %llu] (the model's parameter count, at most "
+				"2^32 - 1)",
+				(unsigned long long)subgroup_size, (unsigned long long)max_subgroup);
+	return 0;
+}
 
 /* Creates the optimizer over `ntensors` tensors (weights: vector handles of
  * cfg->tensor_dtype and numel[t] elements the refresh writes; grads: of

@@ -131,12 +131,8 @@ static int check_config(const struct dos_train_config *c)
 		return DOS_FAIL(-EINVAL, "data_path is NULL");
 	if (c->shape.vocab < 256)
 		return DOS_FAIL(-EINVAL, "vocab = %u: the byte-level corpus needs at least 256", c->shape.vocab);
-	if (!(c->eval_fraction == 0 || (c->eval_fraction > 0 && c->eval_fraction <= 0.5)))
-		return DOS_FAIL(-EINVAL, "eval_fraction = %g must be 0 (nothing held out) or in (0, 0.5]",
-				c->eval_fraction);
-	if (c->eval_every && c->eval_fraction == 0)
-		return DOS_FAIL(-EINVAL, "eval_every = %llu needs held-out data: eval_fraction is 0",
-				(unsigned long long)c->eval_every);
+	if ((err = _dos_train_eval_check(c->eval_fraction, c->eval_every)))
+		return err;
 	if ((c->resume || c->checkpoint_every) && !c->checkpoint_dir)
 		return DOS_FAIL(-EINVAL, "resume = %d, checkpoint_every = %llu: both need a checkpoint_dir", c->resume,
 				(unsigned long long)c->checkpoint_every);

@@ -94,4 +94,19 @@ struct dos_train_output {
  * configuration leaves *out untouched. */
 int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out);
 
+/* The held-out data's rule of the configuration, alone, for a program that checks its
+ * settings before StarPU starts (dos-train's options; inline for the reason of
+ * optimizer.h's _dos_clip_norm_check): eval_fraction 0 or in (0, 0.5], and eval_every 0
+ * when nothing is held out. Returns 0 or -EINVAL naming the fields and their values. */
+static inline int _dos_train_eval_check(double eval_fraction, uint64_t eval_every)
+{
+	if (!(eval_fraction == 0 || (eval_fraction > 0 && eval_fraction <= 0.5)))
+		return DOS_FAIL(-EINVAL, "eval_fraction = %g must be 0 (nothing held out) or in (0, 0.5]",
+				eval_fraction);
+	if (eval_every && eval_fraction == 0)
+		return DOS_FAIL(-EINVAL, "eval_every = %llu needs held-out data: eval_fraction is 0",
+				(unsigned long long)eval_every);
+	return 0;
+}
+
 #endif /* DOS_TRAIN_H */

@@ -9,8 +9,9 @@
 #     default and say nothing), and the header names the policy that runs;
 #  4. STARPU_NCPU=0 says what starpu_init's failure means and which setting caused it;
 #  5. numbers are decimal: --steps 010 is ten steps, --seed 010 seed ten, 0x3 refused;
-#     Adam's hyperparameters out of range are refused before StarPU starts, naming the
-#     option (--beta1, not hp->beta1);
+#     Adam's hyperparameters, the schedule, clipping, the subgroup size and the held-out
+#     fraction out of range are refused before StarPU starts, naming the option (--beta1,
+#     --clip, not hp->beta1, clip_norm);
 #  6. the environment: StarPU's worker counts that StarPU would abort on (STARPU_NCPU=-1,
 #     =abc), a STARPU_WATCHDOG_TIMEOUT that is not a number of microseconds (it turned the
 #     watchdog off, or stopped the run as stuck after 10 us), an unusable DOS_CPU_ISA (it
@@ -126,7 +127,15 @@ refused "--beta2 = -0.5 must be in [0, 1)" -- --beta2 -0.5
 refused "--lr = -1 must be finite and >= 0" -- --lr -1
 refused "--eps = 0 must be finite and > 0" -- --eps 0
 refused "--weight-decay = -0.1 must be finite and >= 0" -- --weight-decay -0.1
-echo "hyperparameters: out-of-range values refused before StarPU starts, naming the option"
+# the other settings the library has a rule for, the same way (they named clip_norm,
+# eval_fraction, eval_every, lr_schedule.min_ratio, subgroup_size, after StarPU's start)
+refused "--clip = -1 must be finite and >= 0" -- --clip -1
+refused "--eval-fraction = 1 must be 0 (nothing held out) or in (0, 0.5]" -- --eval-fraction 1
+refused "--eval-every = 5 needs held-out data: --eval-fraction is 0" -- --eval-fraction 0 --eval-every 5
+refused "--min-lr-ratio = 2 must be in [0, 1]" -- --min-lr-ratio 2
+refused "--decay-steps = 2 must be 0 (no decay) or above --warmup = 5" -- --warmup 5 --decay-steps 2
+refused "--subgroup-size = 100000000 must be in [1, 33440]" -- --subgroup-size 100000000
+echo "hyperparameters, schedule, clipping, subgroup size, held-out data: out-of-range values refused before StarPU starts, naming the option"
 
 # ---- 6. the environment -------------------------------------------------------------------
 for setting in STARPU_NCPU=-1 STARPU_NCPU=abc STARPU_NCUDA=2x STARPU_WATCHDOG_TIMEOUT=abc \

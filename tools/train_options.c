@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "errors.h"
 #include "parse.h"
 #include "train_options.h"
 
@@ -236,30 +237,54 @@ static const struct option options[] = {
 };
 #undef OPTION
 
-/* Adam's hyperparameters, judged by the library's own rule (dos_adam_step_init) here,
- * before StarPU starts, and reported under the options' names: the run used to stop only
- * after building the model, naming a field of the library's struct ("hp->beta1"). */
-static bool hparams_usable(FILE *err, const struct dos_adam_hparams *hp)
+/* The library's names of the settings the options give, as its messages name them. */
+static const struct {
+	const char *field, *option;
+} option_names[] = {{"hp->lr", "--lr"},
+		    {"hp->beta1", "--beta1"},
+		    {"hp->beta2", "--beta2"},
+		    {"hp->eps", "--eps"},
+		    {"hp->weight_decay", "--weight-decay"},
+		    {"lr_schedule.decay_steps", "--decay-steps"},
+		    {"warmup_steps", "--warmup"},
+		    {"lr_schedule.min_ratio", "--min-lr-ratio"},
+		    {"clip_norm", "--clip"},
+		    {"subgroup_size", "--subgroup-size"},
+		    {"eval_fraction", "--eval-fraction"},
+		    {"eval_every", "--eval-every"}};
+
+/* A library message, each field it names replaced by its option's name. */
+static void print_under_option_names(FILE *err, const char *message)
 {
-	static const struct {
-		const char *field, *option;
-	} names[] = {{"hp->lr", "--lr"},
-		     {"hp->beta1", "--beta1"},
-		     {"hp->beta2", "--beta2"},
-		     {"hp->eps", "--eps"},
-		     {"hp->weight_decay", "--weight-decay"}};
-	struct dos_adam_step probe;
-	if (dos_adam_step_init(&probe, hp, 1, 1.0) == 0)
-		return true;
-	const char *message = dos_last_error();
-	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-		const char *at = strstr(message, names[i].field);
-		if (at) {
-			fprintf(err, "dos-train: %s%s\n", names[i].option, at + strlen(names[i].field));
-			return false;
-		}
+	const size_t names = sizeof option_names / sizeof *option_names;
+	fputs("dos-train: ", err);
+	while (*message) {
+		size_t i = 0;
+		while (i < names && strncmp(message, option_names[i].field, strlen(option_names[i].field)))
+			i++;
+		if (i < names) {
+			fputs(option_names[i].option, err);
+			message += strlen(option_names[i].field);
+		} else
+			fputc(*message++, err);
 	}
-	fprintf(err, "dos-train: %s\n", message);
+	fputc('\n', err);
+}
+
+/* The settings the options give, judged by the library's own rules (one home for each:
+ * dos_adam_step_init, dos_lr_schedule_check, optimizer.h's and train.h's checks) here,
+ * before StarPU starts, and reported under the options' names: the run used to stop only
+ * after building the model, naming a field of the library's structs ("clip_norm"). */
+static bool library_rules_hold(FILE *err, const struct train_options *o)
+{
+	const struct dos_train_config *cfg = &o->cfg;
+	struct dos_adam_step probe;
+	if (dos_adam_step_init(&probe, &cfg->opt.hp, 1, 1.0) == 0 &&
+	    dos_lr_schedule_check(&cfg->opt.lr_schedule) == 0 && _dos_clip_norm_check(cfg->opt.clip_norm) == 0 &&
+	    _dos_subgroup_size_check(cfg->opt.subgroup_size, o->params) == 0 &&
+	    _dos_train_eval_check(cfg->eval_fraction, cfg->eval_every) == 0)
+		return true;
+	print_under_option_names(err, _dos_last_error_message());
 	return false;
 }
 
@@ -499,5 +524,5 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 	}
 	cfg->opt.dynamic_loss_scale = loss_scale > 0;
 	cfg->opt.loss_scale_init = loss_scale;
-	return hparams_usable(err, &cfg->opt.hp) ? TRAIN_OPTIONS_RUN : TRAIN_OPTIONS_BAD;
+	return library_rules_hold(err, out) ? TRAIN_OPTIONS_RUN : TRAIN_OPTIONS_BAD;
 }

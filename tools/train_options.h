@@ -47,9 +47,11 @@ enum {
  * each option's own range, on TRAIN_OPTIONS_RUN: every shape size is >= 1 and the
  * parameter count fits 64 bits (params >= 1), the subgroup size is >= 1 (and at most
  * params unless --subgroup-size gave it), --resume and --checkpoint-every come with
- * --checkpoint-dir, and the loss scale is 0 (off) or >= 1. Other settings (a hidden size
- * that heads does not divide, the AdamW ranges, a subgroup size larger than the model)
- * are _dos_train_run's to refuse.
+ * --checkpoint-dir, the loss scale is 0 (off) or >= 1, and the library's own rules hold
+ * for AdamW's hyperparameters, the learning-rate schedule, clipping, the subgroup size
+ * and the held-out data (a message names the option). Other settings (a hidden size that
+ * heads does not divide, a corpus too small for the held-out part) are left to
+ * dos-train's later checks and _dos_train_run.
  *
  * getopt_long's own messages (an unknown option, a missing argument) can only go to
  * stderr: they are printed when err is stderr and left out otherwise; the usage text
