@@ -46,6 +46,11 @@ int _dos_fail(int code, const char *function, const char *fmt, ...)
 	return code;
 }
 
+int _dos_warnings_silenced(void)
+{
+	return quiet();
+}
+
 void _dos_warn(const char *fmt, ...)
 {
 	if (quiet())

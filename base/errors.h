@@ -45,5 +45,8 @@ void _dos_errors_printed_by_caller(void);
 /* A warning on stderr ("starpu-dos: warning: ..."), unless DOS_QUIET=1 or errors are held:
  * for what the library does on its own that its caller should know of. */
 void _dos_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Whether _dos_warn prints nothing now: for a program that prints warnings of its own
+ * (dos-train's about its options) under the same rule. */
+int _dos_warnings_silenced(void);
 
 #endif /* DOS_ERRORS_H */

@@ -11,7 +11,7 @@
 #  5. numbers are decimal: --steps 010 is ten steps, --seed 010 seed ten, 0x3 refused;
 #     Adam's hyperparameters, the schedule, clipping, the subgroup size and the held-out
 #     fraction out of range are refused before StarPU starts, naming the option (--beta1,
-#     --clip, not hp->beta1, clip_norm);
+#     --clip, not hp->beta1, clip_norm); a --warmup longer than --steps is warned of;
 #  6. the environment: StarPU's worker counts that StarPU would abort on (STARPU_NCPU=-1,
 #     =abc), a STARPU_WATCHDOG_TIMEOUT that is not a number of microseconds (it turned the
 #     watchdog off, or stopped the run as stuck after 10 us), an unusable DOS_CPU_ISA (it
@@ -136,6 +136,17 @@ refused "--min-lr-ratio = 2 must be in [0, 1]" -- --min-lr-ratio 2
 refused "--decay-steps = 2 must be 0 (no decay) or above --warmup = 5" -- --warmup 5 --decay-steps 2
 refused "--subgroup-size = 100000000 must be in [1, 33440]" -- --subgroup-size 100000000
 echo "hyperparameters, schedule, clipping, subgroup size, held-out data: out-of-range values refused before StarPU starts, naming the option"
+# a warmup longer than the run is a choice, but the rate never reaches --lr: said before
+# StarPU starts (it was said nowhere), unless DOS_QUIET=1 silences warnings
+env -u DOS_QUIET $train --preset tiny --steps 2 --quiet --warmup 1000000 >"$work/log" 2>&1 ||
+	fail "--warmup 1000000 --steps 2 refused: $(cat "$work/log")"
+sed -n 1p "$work/log" | grep -qF 'dos-train: warning: --warmup 1000000 is more than --steps 2: the learning rate never reaches --lr 0.003, only 6e-09' ||
+	fail "--warmup 1000000 --steps 2: no warning first in: $(cat "$work/log")"
+DOS_QUIET=1 $train --preset tiny --steps 2 --quiet --warmup 1000000 >"$work/log" 2>&1 && ! grep -q warning "$work/log" ||
+	fail "--warmup 1000000 with DOS_QUIET=1: $(cat "$work/log")"
+env -u DOS_QUIET $train --preset tiny --steps 2 --quiet --warmup 2 >"$work/log" 2>&1 && ! grep -q warning "$work/log" ||
+	fail "--warmup 2 --steps 2 warned: $(cat "$work/log")"
+echo "--warmup longer than --steps: a warning naming both, before StarPU starts"
 
 # ---- 6. the environment -------------------------------------------------------------------
 for setting in STARPU_NCPU=-1 STARPU_NCPU=abc STARPU_NCUDA=2x STARPU_WATCHDOG_TIMEOUT=abc \

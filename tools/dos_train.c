@@ -954,6 +954,9 @@ static int train_main(int argc, char **argv)
 	default:
 		return 2;
 	}
+	/* dos-train's warnings follow the library's rule (DOS_QUIET=1 silences both) */
+	if (!_dos_warnings_silenced())
+		dos_train_warn_options(&opts, stderr);
 	struct dos_train_config *cfg = &opts.cfg;
 	if (_dos_model_shape_check(&cfg->shape) != 0) { /* before StarPU starts */
 		fprintf(stderr, "dos-train: %s\n", dos_last_error());

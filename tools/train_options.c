@@ -526,3 +526,18 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 	cfg->opt.loss_scale_init = loss_scale;
 	return library_rules_hold(err, out) ? TRAIN_OPTIONS_RUN : TRAIN_OPTIONS_BAD;
 }
+
+void dos_train_warn_options(const struct train_options *o, FILE *err)
+{
+	const struct dos_train_config *cfg = &o->cfg;
+	const struct dos_lr_schedule *s = &cfg->opt.lr_schedule;
+	/* the schedule counts updates, at most one per step: the last is update `steps` */
+	if (s->warmup_steps > cfg->steps && cfg->opt.hp.lr > 0) {
+		double factor = dos_lr_schedule_factor(s, cfg->steps);
+		fprintf(err,
+			"dos-train: warning: --warmup %llu is more than --steps %llu: the learning rate never "
+			"reaches --lr %g, only %g (%g of it) at the last step\n",
+			(unsigned long long)s->warmup_steps, (unsigned long long)cfg->steps, cfg->opt.hp.lr,
+			cfg->opt.hp.lr * factor, factor);
+	}
+}

@@ -58,4 +58,9 @@ enum {
  * that follows them goes to err either way. */
 int dos_train_parse_options(int argc, char **argv, struct train_options *out, FILE *err);
 
+/* Warns on err of settings that dos_train_parse_options accepts, since they are legitimate
+ * choices, but that may well not be what was meant: a --warmup longer than the run (the
+ * learning rate never reaches --lr). Prints nothing when there is nothing to say. */
+void dos_train_warn_options(const struct train_options *o, FILE *err);
+
 #endif /* DOS_TRAIN_OPTIONS_H */
