@@ -10,19 +10,29 @@
 
 #include "files.h"
 
-int _dos_make_folder(const char *path, char *why, size_t size)
+/* A folder's name into buf (PATH_MAX bytes), to be cut at each of its parts: refused when
+ * empty or too long. */
+static int copy_folder_name(const char *path, char *buf, char *why, size_t size)
 {
-	char buf[PATH_MAX];
 	size_t len = path ? strlen(path) : 0;
 	if (len == 0) {
 		snprintf(why, size, "the folder name is empty");
 		return -EINVAL;
 	}
-	if (len >= sizeof buf) {
+	if (len >= PATH_MAX) {
 		snprintf(why, size, "the folder name '%.80s...' is longer than %d bytes", path, PATH_MAX - 1);
 		return -ENAMETOOLONG;
 	}
 	memcpy(buf, path, len + 1);
+	return 0;
+}
+
+int _dos_make_folder(const char *path, char *why, size_t size)
+{
+	char buf[PATH_MAX];
+	int refused = copy_folder_name(path, buf, why, size);
+	if (refused)
+		return refused;
 	/* every parent from the top down, then the folder itself */
 	for (char *p = buf + 1;; p++) {
 		if (*p != '/' && *p != '\0')
@@ -81,6 +91,50 @@ int _dos_check_writable_folder(const char *path, char *why, size_t size)
 	}
 	close(fd);
 	unlink(probe);
+	return 0;
+}
+
+int _dos_check_folder_can_be_made(const char *path, char *why, size_t size)
+{
+	char buf[PATH_MAX], probe[PATH_MAX + 32];
+	size_t deepest = 0; /* the length of the deepest part that exists */
+	int refused = copy_folder_name(path, buf, why, size);
+	if (refused)
+		return refused;
+	/* every part from the top down, as _dos_make_folder, looked at only */
+	for (char *p = buf + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char was = *p;
+		*p = '\0';
+		struct stat st;
+		if (stat(buf, &st) != 0) {
+			int err = errno;
+			if (err == ENOENT)
+				break; /* what follows is to be made */
+			snprintf(why, size, "%s: %s", buf, strerror(err));
+			return -err;
+		}
+		if (!S_ISDIR(st.st_mode)) {
+			snprintf(why, size, "%s is not a folder", buf);
+			return -ENOTDIR;
+		}
+		deepest = (size_t)(p - buf);
+		*p = was;
+		if (was == '\0')
+			break;
+	}
+	if (deepest)
+		buf[deepest] = '\0';
+	else /* nothing of it exists: it is made in the root or the working folder */
+		snprintf(buf, sizeof buf, "%s", path[0] == '/' ? "/" : ".");
+	snprintf(probe, sizeof probe, "%s/.dos-probe-%ld", buf, (long)getpid());
+	if (mkdir(probe, 0700) != 0 && errno != EEXIST) { /* EEXIST: a probe of a killed process with our pid */
+		int err = errno;
+		snprintf(why, size, "cannot create a folder in %s: %s", buf, strerror(err));
+		return -err;
+	}
+	rmdir(probe);
 	return 0;
 }
 

@@ -16,6 +16,14 @@ int _dos_make_folder(const char *path, char *why, size_t size);
  * misjudges). */
 int _dos_check_writable_folder(const char *path, char *why, size_t size);
 
+/* Whether the folder `path` is there or can be made, with its parents, by another program
+ * (StarPU) and takes new folders and files: every part of it that exists is a folder, and
+ * the deepest that exists takes a new folder (probed by creating and removing one there:
+ * access() misjudges root, and mkdir is what such a program does). Creates nothing that
+ * stays, so that a run refused for it leaves nothing behind. -ENOTDIR when a part is
+ * something else. */
+int _dos_check_folder_can_be_made(const char *path, char *why, size_t size);
+
 /* Whether `path` can be written as a file: not empty, not a folder or any other
  * non-regular file when it exists, in a folder that exists and takes new files. Creates
  * nothing there (the probe is removed). */

@@ -16,7 +16,8 @@
 #     =abc), a STARPU_WATCHDOG_TIMEOUT that is not a number of microseconds (it turned the
 #     watchdog off, or stopped the run as stuck after 10 us), an unusable DOS_CPU_ISA (it
 #     was reported nowhere), the policies' settings out of range (each policy warned and
-#     ran with its default), all refused before StarPU starts; and the library's warnings
+#     ran with its default), a STARPU_HOME or STARPU_PERF_MODEL_DIR where StarPU cannot
+#     keep its models (it aborted), all refused before StarPU starts; and the library's warnings
 #     reach the user of dos-train (a folder that cannot be locked).
 set -u
 train=./dos-train
@@ -159,6 +160,25 @@ for setting in STARPU_NCPU=-1 STARPU_NCPU=abc STARPU_NCUDA=2x STARPU_WATCHDOG_TI
 	unset "$name"
 done
 [ -e "$work/env-ck/checkpoint-2.dos" ] && fail "a refused run saved a checkpoint"
+# StarPU's model folder: StarPU aborted with a backtrace (exit 134) on a STARPU_HOME or a
+# STARPU_PERF_MODEL_DIR it could not make; now refused, naming it; one that is missing but
+# can be made is fine (StarPU makes it), and the check leaves nothing behind
+home_saved=${STARPU_HOME-}
+for setting in STARPU_HOME=/proc/nohome "STARPU_HOME=$work/file" "STARPU_HOME=$work/file/sub" \
+	STARPU_PERF_MODEL_DIR=/proc/models "STARPU_PERF_MODEL_DIR=$work/file"; do
+	name=${setting%%=*} value=${setting#*=}
+	# shellcheck disable=SC2163 # the setting NAME=VALUE itself
+	export "$setting"
+	refused "$name = '$value': StarPU cannot keep its performance models in" -- --checkpoint-dir "$work/env-ck"
+	unset "$name"
+	[ -z "$home_saved" ] || export STARPU_HOME="$home_saved"
+done
+STARPU_HOME=$work/fresh/home $train --preset tiny --steps 1 --quiet >"$work/log" 2>&1 ||
+	fail "STARPU_HOME=$work/fresh/home (missing, can be made): $(cat "$work/log")"
+[ -d "$work/fresh/home/.starpu/sampling" ] || fail "STARPU_HOME=$work/fresh/home: StarPU made no model folder"
+for probe in "$work"/.dos-probe-* "$work"/fresh/.dos-probe-*; do
+	[ -e "$probe" ] && fail "a probe was left: $probe"
+done
 STARPU_WATCHDOG_TIMEOUT=0 DOS_CPU_ISA=scalar $train --preset tiny --steps 1 --quiet >"$work/log" 2>&1 ||
 	fail "STARPU_WATCHDOG_TIMEOUT=0 DOS_CPU_ISA=scalar: $(cat "$work/log")"
 # flock failing as on a file system without locks: the library's warning is printed (dos-train
@@ -183,4 +203,4 @@ if ${CC:-cc} -shared -fPIC -o "$work/noflock.so" "$work/noflock.c" 2>/dev/null; 
 			fail "no warning for a folder that cannot be locked: $(cat "$work/log")"
 	fi
 fi
-echo "environment: worker counts, the watchdog, DOS_CPU_ISA and the policies' settings refused before StarPU starts; warnings printed"
+echo "environment: worker counts, the watchdog, DOS_CPU_ISA, the policies' settings and StarPU's model folder refused before StarPU starts; warnings printed"

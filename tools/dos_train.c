@@ -666,12 +666,53 @@ static void list_policies(FILE *f)
  * with this message instead. Not under SimGrid, which reports a deadlock itself. */
 #define HANG_TIMEOUT_US "600000000"
 
+#ifndef STARPU_SIMGRID
+/* StarPU keeps the performance models it measures (the bus's, the codelets') in its first
+ * model folder, which it creates with its parents, and aborts with a backtrace when it
+ * cannot (_starpu_mkpath_and_check, StarPU's src/common/utils.c): STARPU_PERF_MODEL_DIR
+ * when set and not empty, else .starpu/sampling in StarPU's home, the first set of
+ * XDG_CACHE_HOME, STARPU_HOME, HOME, TMPDIR, TEMP and TMP, else /tmp
+ * (_starpu_set_perf_model_dirs in src/core/perfmodel/perfmodel.c, _starpu_get_home_path).
+ * With STARPU_PERF_MODEL_DIR set, the home is not written (tried: STARPU_HOME=/etc/passwd
+ * runs). A folder that does not exist yet is fine when StarPU can make it; nothing is
+ * created here. Not under SimGrid, which reads the models of a machine and writes none.
+ * Returns 0, or 2 after a message naming the variable, its value and what is wrong. */
+static int check_starpu_model_folder(void)
+{
+	static const char *const homes[] = {"XDG_CACHE_HOME", "STARPU_HOME", "HOME", "TMPDIR", "TEMP", "TMP"};
+	const char *name = "STARPU_PERF_MODEL_DIR", *value = getenv(name);
+	char folder[PATH_MAX + 32], why[PATH_MAX + 300];
+	if (value && *value)
+		snprintf(folder, sizeof folder, "%s", value);
+	else {
+		name = NULL;
+		value = "/tmp";
+		for (size_t i = 0; i < sizeof homes / sizeof *homes && !name; i++)
+			if (getenv(homes[i]))
+				name = homes[i], value = getenv(homes[i]);
+		snprintf(folder, sizeof folder, "%s/.starpu/sampling", value);
+	}
+	if (_dos_check_folder_can_be_made(folder, why, sizeof why) == 0)
+		return 0;
+	if (name)
+		fprintf(stderr, "dos-train: %s = '%s': StarPU cannot keep its performance models in %s: %s\n", name,
+			value, folder, why);
+	else
+		fprintf(stderr,
+			"dos-train: StarPU cannot keep its performance models in %s (none of XDG_CACHE_HOME, "
+			"STARPU_HOME, HOME, TMPDIR, TEMP, TMP is set): %s\n",
+			folder, why);
+	return 2;
+}
+#endif
+
 /* Checks, before StarPU starts, the environment variables that would otherwise fail late
  * or oddly: StarPU aborts with a backtrace on a worker count that is not a whole number
  * (STARPU_NCPU=abc) or is negative; STARPU_WATCHDOG_TIMEOUT was read with atoll, so that
  * "abc" or "-1" turned the watchdog off without a word and "10x" stopped the run as stuck
  * after 10 us; with a DOS_CPU_ISA it cannot use, the library warns from a worker and runs
- * another variant, which a run that forces one to measure it should not do. An empty
+ * another variant, which a run that forces one to measure it should not do; StarPU also
+ * aborts on a model folder (STARPU_HOME, STARPU_PERF_MODEL_DIR) it cannot make. An empty
  * worker count is left to StarPU: it means no worker, which start_starpu explains.
  * Returns 0, or 2 after a message naming the variable and its value. */
 static int check_environment(void)
@@ -707,7 +748,11 @@ static int check_environment(void)
 		fprintf(stderr, "dos-train: %s\n", why);
 		return 2;
 	}
+#ifndef STARPU_SIMGRID
+	return check_starpu_model_folder();
+#else
 	return 0;
+#endif
 }
 
 static void stop_hung_run(void *arg)
