@@ -87,6 +87,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -544,11 +545,66 @@ static int check_save_arguments(const char *dir, const struct dos_checkpoint_met
 	return 0;
 }
 
+/* What a save needs room for, said when the disk is full: what the file is ("a
+ * checkpoint") and its size, and how many checkpoints the folder keeps beside the one
+ * being written (0: not said, for a shard or a manifest, whose siblings other calls
+ * write). */
+struct save_room {
+	const char *what;
+	uint64_t bytes;
+	unsigned keep;
+};
+
+static void format_size(uint64_t bytes, char *buf, size_t size)
+{
+	if (bytes >= (uint64_t)1 << 30)
+		snprintf(buf, size, "%.2f GiB", (double)bytes / (1 << 30));
+	else
+		snprintf(buf, size, "%.1f MiB", (double)bytes / (1 << 20));
+}
+
+/* Why a write into `dir` (open as dfd) ran out of room, in numbers, after ";" into buf:
+ * the file's size, what the file system has free (once the partial file is removed), and
+ * what retention needs at its fullest: the folder's `keep` latest checkpoints are removed
+ * only once the next one is in place beside them. "No space left on device" alone did
+ * not say that a folder with room for one checkpoint stops every run at its second save. */
+static void describe_room(const char *dir, int dfd, int err, const struct save_room *room, char *buf, size_t size)
+{
+	char text[32];
+	size_t len = 0;
+	int n;
+	format_size(room->bytes, text, sizeof text);
+	n = snprintf(buf, size, "; %s takes %" PRIu64 " bytes (%s)", room->what, room->bytes, text);
+	len += n > 0 ? (size_t)n : 0;
+	struct statvfs fs;
+	if (len < size && fstatvfs(dfd, &fs) == 0) {
+		uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+		format_size(avail, text, sizeof text);
+		n = snprintf(buf + len, size - len, ", the file system of %s has %" PRIu64 " bytes (%s) free%s", dir,
+			     avail, text, err == -EDQUOT ? ", but the disk quota is used up" : "");
+		len += n > 0 ? (size_t)n : 0;
+	}
+	if (len < size && room->keep) {
+		uint64_t need = room->bytes * (room->keep + 1);
+		format_size(need, text, sizeof text);
+		if (room->keep == 1)
+			snprintf(buf + len, size - len,
+				 "; the folder keeps the run's latest checkpoint and writes the next beside it before "
+				 "removing it: it needs room for 2 checkpoints, %" PRIu64 " bytes (%s)",
+				 need, text);
+		else
+			snprintf(buf + len, size - len,
+				 "; the folder keeps the run's %u latest checkpoints and writes the next beside them "
+				 "before removing the oldest: it needs room for %u checkpoints, %" PRIu64 " bytes (%s)",
+				 room->keep, room->keep + 1, need, text);
+	}
+}
+
 /* Writes dir/name atomically: write(fd, ctx) into a temporary file of dir, fsync, rename,
  * fsync of dir. On success *dfd_out is the open directory (the caller closes it) and the
- * path is in path (size PATH_MAX). */
+ * path is in path (size PATH_MAX). A full disk is reported with `room`'s numbers. */
 static int save_atomically(const char *dir, const char *name, int (*write)(int fd, const void *ctx), const void *ctx,
-			   char *path, int *dfd_out)
+			   const struct save_room *room, char *path, int *dfd_out)
 {
 	char tmp_name[160], tmp_path[PATH_MAX];
 	snprintf(tmp_name, sizeof tmp_name, ".%s.tmp-%ld", name, (long)getpid());
@@ -565,16 +621,23 @@ static int save_atomically(const char *dir, const char *name, int (*write)(int f
 		close(dfd);
 		return err;
 	}
+	const char *op = "write";
 	int err = write(fd, ctx);
-	if (err)
-		DOS_FAIL(err, "cannot write %s: write: %s", tmp_path, strerror(-err));
-	else if (fsync(fd) != 0)
-		err = DOS_FAIL(-errno, "cannot write %s: fsync: %s", tmp_path, strerror(errno));
+	if (!err && fsync(fd) != 0) /* a file system may report a full disk only here or at close */
+		err = -errno, op = "fsync";
 	if (close(fd) != 0 && !err)
-		err = DOS_FAIL(-errno, "cannot write %s: close: %s", tmp_path, strerror(errno));
-	if (!err && renameat(dfd, tmp_name, dfd, name) != 0)
-		err = DOS_FAIL(-errno, "cannot rename %s to %s: rename: %s", tmp_path, path, strerror(errno));
+		err = -errno, op = "close";
 	if (err) {
+		unlinkat(dfd, tmp_name, 0); /* before the free space is measured */
+		char numbers[600] = "";
+		if (err == -ENOSPC || err == -EDQUOT)
+			describe_room(dir, dfd, err, room, numbers, sizeof numbers);
+		DOS_FAIL(err, "cannot write %s: %s: %s%s", tmp_path, op, strerror(-err), numbers);
+		close(dfd);
+		return err;
+	}
+	if (renameat(dfd, tmp_name, dfd, name) != 0) {
+		err = DOS_FAIL(-errno, "cannot rename %s to %s: rename: %s", tmp_path, path, strerror(errno));
 		unlinkat(dfd, tmp_name, 0);
 		close(dfd);
 		return err;
@@ -634,8 +697,10 @@ int _dos_checkpoint_save(const char *dir, const struct dos_checkpoint_meta *meta
 				dir, name);
 	const float *const arrays[NSECTIONS] = {master, m, v};
 	struct checkpoint_writing w = {meta, arrays};
+	struct save_room room = {"a checkpoint",
+				 file_len_of(DOS_CHECKPOINT_VERSION, meta->ntensors, state_len_of(meta)), keep};
 	int dfd;
-	if ((err = save_atomically(dir, name, write_checkpoint_file, &w, path, &dfd)))
+	if ((err = save_atomically(dir, name, write_checkpoint_file, &w, &room, path, &dfd)))
 		return err;
 	err = give_path(path, path_out, path_size);
 	if (!err)
@@ -665,8 +730,9 @@ int _dos_checkpoint_save_shard(const char *dir, const struct dos_checkpoint_meta
 	shard_name(name, sizeof name, meta->steps_done, shard, nshards);
 	const float *const arrays[NSECTIONS] = {master, m, v};
 	struct checkpoint_writing w = {meta, arrays};
+	struct save_room room = {"this shard", file_len_of(DOS_CHECKPOINT_VERSION, meta->ntensors, meta->state_len), 0};
 	int dfd;
-	if ((err = save_atomically(dir, name, write_checkpoint_file, &w, path, &dfd)))
+	if ((err = save_atomically(dir, name, write_checkpoint_file, &w, &room, path, &dfd)))
 		return err;
 	close(dfd);
 	return 0;
@@ -771,8 +837,9 @@ int _dos_checkpoint_save_manifest(const char *dir, const struct dos_checkpoint_m
 			       meta->nparams);
 	char name[64], path[PATH_MAX];
 	snprintf(name, sizeof name, "checkpoint-%" PRIu64 ".dos", meta->steps_done);
+	struct save_room room = {"the manifest", MANIFEST_FIXED + (uint64_t)nshards * MANIFEST_ENTRY + CRC_BYTES, 0};
 	int dfd;
-	if (!err && !(err = save_atomically(dir, name, write_manifest, &mf, path, &dfd))) {
+	if (!err && !(err = save_atomically(dir, name, write_manifest, &mf, &room, path, &dfd))) {
 		err = give_path(path, path_out, path_size);
 		if (!err)
 			err = remove_old_checkpoints(dir, dfd, path, meta->steps_done, keep, &meta->run);

@@ -12,7 +12,12 @@
 #  4. --resume loads the newest checkpoint that verifies, saying which newer ones it
 #     passed over and why (a damaged one, an empty stray "checkpoint-<2^64-1>.dos"), and
 #     ends bit-identical to the uninterrupted run;
-#  5. a folder that does not exist is created with its parents.
+#  5. a folder that does not exist is created with its parents;
+#  6. a folder on a full disk (a tmpfs with room for one checkpoint, not two): the save
+#     that fails says how big a checkpoint is, what the file system has free and how many
+#     the folder needs room for (it said "No space left on device" alone), removes its
+#     temporary file and leaves the checkpoint before it whole. Needs root and a mount
+#     namespace (unshare -m): skipped, with a line saying so, without them.
 set -u
 train=./dos-train
 # shellcheck source=tests/test_lib.sh
@@ -138,3 +143,38 @@ $train $tiny --steps 2 --checkpoint-dir "$work/new/deep/folder" >"$work/log" 2>&
 	fail "a folder to create: $(cat "$work/log")"
 [ -f "$work/new/deep/folder/checkpoint-2.dos" ] || fail "no checkpoint in the created folder"
 echo "a missing checkpoint folder is created with its parents"
+
+# ---- 6. a full disk ---------------------------------------------------------------------
+# A tmpfs of 600 KiB holds one tiny checkpoint (392 KiB), not two: the save after step 2
+# fails. Mounted in a mount namespace of its own, which ends with the command: nothing
+# stays mounted, whatever happens to the test.
+full=$work/full
+mkdir "$full"
+if [ "$(id -u)" = 0 ] && unshare -m sh -c "mount -t tmpfs -o size=600k tmpfs '$full'" 2>/dev/null; then
+	# shellcheck disable=SC2016 # expanded by the inner shell, from its arguments
+	unshare -m sh -c '
+		full=$1 train=$2
+		mount -t tmpfs -o size=600k tmpfs "$full" || exit 1
+		$train --preset tiny --quiet --steps 3 --checkpoint-dir "$full/ck" --checkpoint-every 1 \
+			>"$full.log" 2>&1
+		echo "exit $?" >>"$full.log"
+		ls -A "$full/ck" >"$full.ls"
+		wc -c <"$full/ck/checkpoint-1.dos" >"$full.size"
+		$train --preset tiny --quiet --steps 1 --checkpoint-dir "$full/ck" --resume >"$full.resume" 2>&1' \
+		sh "$full" "$train" || fail "the full-disk run could not be set up: $(cat "$full.log")"
+	size=$(tr -d ' ' <"$full.size")
+	grep -q '^exit 1$' "$full.log" || fail "full disk: not exit 1: $(cat "$full.log")"
+	for want in "cannot write $full/ck/.checkpoint-2.dos.tmp-" "write: No space left on device" \
+		"a checkpoint takes $size bytes (0.4 MiB), the file system of $full/ck has " \
+		"the folder keeps the run's 2 latest checkpoints" \
+		"it needs room for 3 checkpoints, $((3 * size)) bytes (1.1 MiB)"; do
+		grep -qF -- "$want" "$full.log" || fail "full disk: no '$want' in: $(cat "$full.log")"
+	done
+	[ "$(tr '\n' ' ' <"$full.ls")" = ".starpu-dos.lock checkpoint-1.dos " ] ||
+		fail "full disk: the folder holds $(cat "$full.ls")"
+	grep -q "resumed after step 1 from $full/ck/checkpoint-1.dos" "$full.resume" ||
+		fail "full disk: checkpoint-1.dos does not load: $(cat "$full.resume")"
+	echo "a full disk: the failed save gives the sizes, removes its temporary, keeps the checkpoint before it"
+else
+	echo "(a full disk not checked: a tmpfs cannot be mounted here, as $(id -un))"
+fi
