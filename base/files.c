@@ -122,7 +122,7 @@ int _dos_check_folder_can_be_made(const char *path, char *why, size_t size)
 		deepest = (size_t)(p - buf);
 		*p = was;
 		if (was == '\0')
-			break;
+			return 0; /* all there: nothing to make (a read-only folder of models is fine) */
 	}
 	if (deepest)
 		buf[deepest] = '\0';

@@ -17,9 +17,10 @@ int _dos_make_folder(const char *path, char *why, size_t size);
 int _dos_check_writable_folder(const char *path, char *why, size_t size);
 
 /* Whether the folder `path` is there or can be made, with its parents, by another program
- * (StarPU) and takes new folders and files: every part of it that exists is a folder, and
- * the deepest that exists takes a new folder (probed by creating and removing one there:
- * access() misjudges root, and mkdir is what such a program does). Creates nothing that
+ * (StarPU): every part of it that exists is a folder and, when some part is missing, the
+ * deepest that exists takes a new folder (probed by creating and removing one there:
+ * access() misjudges root, and mkdir is what such a program does). A folder that is all
+ * there passes without a probe, writable or not. Creates nothing that
  * stays, so that a run refused for it leaves nothing behind. -ENOTDIR when a part is
  * something else. */
 int _dos_check_folder_can_be_made(const char *path, char *why, size_t size);

@@ -163,6 +163,9 @@ done
 # StarPU's model folder: StarPU aborted with a backtrace (exit 134) on a STARPU_HOME or a
 # STARPU_PERF_MODEL_DIR it could not make; now refused, naming it; one that is missing but
 # can be made is fine (StarPU makes it), and the check leaves nothing behind
+# (XDG_CACHE_HOME comes before STARPU_HOME in StarPU's choice of a home, and
+# STARPU_PERF_MODEL_DIR before both: a runner's own settings would hide these cases)
+unset XDG_CACHE_HOME STARPU_PERF_MODEL_DIR
 home_saved=${STARPU_HOME-}
 for setting in STARPU_HOME=/proc/nohome "STARPU_HOME=$work/file" "STARPU_HOME=$work/file/sub" \
 	STARPU_PERF_MODEL_DIR=/proc/models "STARPU_PERF_MODEL_DIR=$work/file"; do
