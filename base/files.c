@@ -27,6 +27,56 @@ static int copy_folder_name(const char *path, char *buf, char *why, size_t size)
 	return 0;
 }
 
+/* Calls visit with buf cut after each of its parts, from the top down, the last time whole
+ * (repeated and trailing slashes add no part); stops at the first nonzero return of visit,
+ * which it returns, buf whole again. */
+static int for_each_part(char *buf, int (*visit)(const char *part, void *arg), void *arg)
+{
+	for (char *p = buf + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char was = *p;
+		*p = '\0';
+		int stop = visit(buf, arg);
+		*p = was;
+		if (stop || was == '\0')
+			return stop;
+		while (p[1] == '/')
+			p++;
+		if (p[1] == '\0')
+			return 0; /* a trailing slash */
+	}
+}
+
+struct part_visit {
+	const char *path;
+	char *why;
+	size_t size;
+	size_t deepest; /* look_at_part: the length of the deepest part that exists */
+};
+
+/* Makes one part of a folder's name (for_each_part): 0, or -errno after a message. */
+static int make_part(const char *part, void *arg)
+{
+	struct part_visit *v = arg;
+	struct stat st;
+	if (part[0] && mkdir(part, 0755) != 0 && errno != EEXIST) {
+		int err = errno;
+		snprintf(v->why, v->size, "cannot create the folder %s: %s", part, strerror(err));
+		return -err;
+	}
+	if (stat(part[0] ? part : "/", &st) != 0) {
+		int err = errno;
+		snprintf(v->why, v->size, "cannot create the folder %s: %s", part, strerror(err));
+		return -err;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(v->why, v->size, "%s %s not a folder", part, strcmp(part, v->path) ? "exists and is" : "is");
+		return -ENOTDIR;
+	}
+	return 0;
+}
+
 int _dos_make_folder(const char *path, char *why, size_t size)
 {
 	char buf[PATH_MAX];
@@ -34,34 +84,8 @@ int _dos_make_folder(const char *path, char *why, size_t size)
 	if (refused)
 		return refused;
 	/* every parent from the top down, then the folder itself */
-	for (char *p = buf + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char was = *p;
-		*p = '\0';
-		struct stat st;
-		if (buf[0] && mkdir(buf, 0755) != 0 && errno != EEXIST) {
-			int err = errno;
-			snprintf(why, size, "cannot create the folder %s: %s", buf, strerror(err));
-			return -err;
-		}
-		if (stat(buf[0] ? buf : "/", &st) != 0) {
-			int err = errno;
-			snprintf(why, size, "cannot create the folder %s: %s", buf, strerror(err));
-			return -err;
-		}
-		if (!S_ISDIR(st.st_mode)) {
-			snprintf(why, size, "%s %s not a folder", buf, strcmp(buf, path) ? "exists and is" : "is");
-			return -ENOTDIR;
-		}
-		*p = was;
-		if (was == '\0')
-			return 0;
-		while (p[1] == '/')
-			p++;
-		if (p[1] == '\0')
-			return 0; /* a trailing slash */
-	}
+	struct part_visit v = {path, why, size, 0};
+	return for_each_part(buf, make_part, &v);
 }
 
 int _dos_check_writable_folder(const char *path, char *why, size_t size)
@@ -94,36 +118,39 @@ int _dos_check_writable_folder(const char *path, char *why, size_t size)
 	return 0;
 }
 
+/* Looks at one part of a folder's name (for_each_part): 0 when it is a folder, 1 when it
+ * does not exist (it and what follows are to be made), else -errno after a message. */
+static int look_at_part(const char *part, void *arg)
+{
+	struct part_visit *v = arg;
+	struct stat st;
+	if (stat(part, &st) != 0) {
+		if (errno == ENOENT)
+			return 1;
+		int err = errno;
+		snprintf(v->why, v->size, "%s: %s", part, strerror(err));
+		return -err;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(v->why, v->size, "%s is not a folder", part);
+		return -ENOTDIR;
+	}
+	v->deepest = strlen(part);
+	return 0;
+}
+
 int _dos_check_folder_can_be_made(const char *path, char *why, size_t size)
 {
 	char buf[PATH_MAX], probe[PATH_MAX + 32];
-	size_t deepest = 0; /* the length of the deepest part that exists */
 	int refused = copy_folder_name(path, buf, why, size);
 	if (refused)
 		return refused;
 	/* every part from the top down, as _dos_make_folder, looked at only */
-	for (char *p = buf + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char was = *p;
-		*p = '\0';
-		struct stat st;
-		if (stat(buf, &st) != 0) {
-			int err = errno;
-			if (err == ENOENT)
-				break; /* what follows is to be made */
-			snprintf(why, size, "%s: %s", buf, strerror(err));
-			return -err;
-		}
-		if (!S_ISDIR(st.st_mode)) {
-			snprintf(why, size, "%s is not a folder", buf);
-			return -ENOTDIR;
-		}
-		deepest = (size_t)(p - buf);
-		*p = was;
-		if (was == '\0')
-			return 0; /* all there: nothing to make (a read-only folder of models is fine) */
-	}
+	struct part_visit v = {path, why, size, 0};
+	int stop = for_each_part(buf, look_at_part, &v);
+	if (stop <= 0)
+		return stop; /* refused, or all there: nothing to make (a read-only folder of models is fine) */
+	size_t deepest = v.deepest;
 	if (deepest)
 		buf[deepest] = '\0';
 	else /* nothing of it exists: it is made in the root or the working folder */
