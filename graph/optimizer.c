@@ -100,11 +100,9 @@ int _dos_optimizer_config_check(const struct _dos_optimizer_config *c, uint64_t 
 				dos_dtype_name(c->tensor_dtype));
 	if ((err = _dos_subgroup_size_check(c->subgroup_size, nparams)) ||
 	    (err = dos_adam_step_init(&probe, &c->hp, 1, 1.0)) || (err = dos_lr_schedule_check(&c->lr_schedule)) ||
-	    (err = _dos_clip_norm_check(c->clip_norm)))
+	    (err = _dos_clip_norm_check(c->clip_norm)) ||
+	    (err = _dos_loss_scale_check(c->dynamic_loss_scale, c->loss_scale_init)))
 		return err;
-	if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1) || !isfinite(c->loss_scale_init)))
-		return DOS_FAIL(-EINVAL, "loss_scale_init = %g: dynamic loss scaling needs a finite scale >= 1",
-				c->loss_scale_init);
 	if (c->dynamic_loss_scale && c->loss_scale_window == 0)
 		return DOS_FAIL(-EINVAL, "loss_scale_window = 0: dynamic loss scaling needs a window > 0");
 	if (c->dp.nranks < 0 || c->dp.rank < 0 || c->dp.rank >= _dos_dp_size(&c->dp))
@@ -550,7 +548,8 @@ int _dos_optimizer_submit_step(struct _dos_optimizer *opt, struct _dos_step_repo
 		if (c->clip_norm > 0 && report->grad_norm > c->clip_norm)
 			multiplier *= c->clip_norm / (report->grad_norm + 1e-6);
 		if (c->dynamic_loss_scale && ++next_good_steps >= c->loss_scale_window) {
-			next_scale *= 2;
+			/* no further than a float holds (DOS_LOSS_SCALE_MAX) */
+			next_scale = next_scale * 2 <= DOS_LOSS_SCALE_MAX ? next_scale * 2 : next_scale;
 			next_good_steps = 0;
 		}
 	}

@@ -89,15 +89,23 @@ struct _dos_step_report {
  * Returns 0 or -EINVAL naming the field and its value. */
 int _dos_optimizer_config_check(const struct _dos_optimizer_config *cfg, uint64_t nparams);
 
-/* Two of its rules alone, for a program that checks its settings before StarPU starts
+/* Three of its rules alone, for a program that checks its settings before StarPU starts
  * (dos-train's options): the same rules, so that both refuse the same values. Inline, so
  * that such a check needs nothing of the optimizer linked in (tests/fuzz/fuzz_options.c
  * links the option parser without it). Each returns 0 or -EINVAL naming the field
- * (clip_norm, subgroup_size) and its value. */
+ * (clip_norm, loss_scale_init, subgroup_size) and its value. */
 static inline int _dos_clip_norm_check(double clip_norm)
 {
 	if (!(clip_norm >= 0) || !isfinite(clip_norm))
 		return DOS_FAIL(-EINVAL, "clip_norm = %g must be finite and >= 0 (0 turns clipping off)", clip_norm);
+	return 0;
+}
+
+static inline int _dos_loss_scale_check(int dynamic, double loss_scale_init)
+{
+	if (dynamic && !(loss_scale_init >= 1 && loss_scale_init <= DOS_LOSS_SCALE_MAX))
+		return DOS_FAIL(-EINVAL, "loss_scale_init = %g: dynamic loss scaling needs a scale in [1, 2^127 = %g]",
+				loss_scale_init, DOS_LOSS_SCALE_MAX);
 	return 0;
 }
 

@@ -399,10 +399,10 @@ struct dos_opt_config {
 	/* dynamic loss scaling: the application multiplies its loss gradient by
 	 * dos_opt_info.loss_scale; a step whose gradients hold inf or nan is skipped (the
 	 * state stays bit for bit) and halves the scale, loss_scale_window good steps in a
-	 * row double it. Clipping and loss scaling make dos_opt_submit_step wait for the
-	 * step's gradients (the global norm is a barrier). */
+	 * row double it, up to DOS_LOSS_SCALE_MAX. Clipping and loss scaling make
+	 * dos_opt_submit_step wait for the step's gradients (the global norm is a barrier). */
 	int dynamic_loss_scale;
-	double loss_scale_init;     /* >= 1 */
+	double loss_scale_init;     /* in [1, DOS_LOSS_SCALE_MAX] */
 	uint32_t loss_scale_window; /* > 0 */
 	/* the policy of the optimizer's context: NULL for "dos", or "all-cpu", "stride",
 	 * "resident" (the baselines, for comparisons) */
@@ -427,6 +427,11 @@ struct dos_opt_config {
 	const int *ctx_workers;
 	unsigned ctx_nworkers;
 };
+
+/* The largest dynamic loss scale, 2^127: the largest power of two a float holds, so that
+ * a loss gradient scaled in float stays finite (unbounded, the doubling of a run whose
+ * gradients never overflow, in bf16, made it infinite after 112 windows). */
+#define DOS_LOSS_SCALE_MAX 0x1p127
 
 /* Fills `cfg` with the defaults: Adam (torch.optim.Adam: lr 1e-3, betas 0.9 and 0.999,
  * eps 1e-8, no weight decay), subgroups of 2^24 parameters, fp32 everywhere, no clipping,

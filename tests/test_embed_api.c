@@ -203,7 +203,9 @@ static void refusals_without_starpu(void)
 		   "lr_schedule.decay_steps = 5 must be 0 (no decay) or above warmup_steps = 5");
 	BAD_CONFIG(bad.lr_schedule.min_ratio = 1.5, "lr_schedule.min_ratio = 1.5");
 	BAD_CONFIG((bad.dynamic_loss_scale = 1, bad.loss_scale_init = 0.5),
-		   "loss_scale_init = 0.5: dynamic loss scaling needs a finite scale >= 1");
+		   "loss_scale_init = 0.5: dynamic loss scaling needs a scale in [1, 2^127");
+	BAD_CONFIG((bad.dynamic_loss_scale = 1, bad.loss_scale_init = 1e300),
+		   "loss_scale_init = 1e+300: dynamic loss scaling needs a scale in [1, 2^127");
 #define BAD_TENSOR(change, needle)                                           \
 	do {                                                                 \
 		memcpy(x, ok, sizeof x);                                     \
@@ -465,8 +467,19 @@ static void clipping_and_loss_scaling(void)
 		      times.tasks[DOS_PHASE_UPDATE] == 0 && times.tasks[DOS_PHASE_STATS] == 3,
 	      "a skipped step's times");
 	dos_opt_destroy(opt);
+	/* at the largest scale a float holds, a window without overflow keeps it there: doubled,
+	 * the next step's gradient scale would be infinite */
+	cfg.loss_scale_init = DOS_LOSS_SCALE_MAX;
+	cfg.loss_scale_window = 1;
+	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
+	app_backward(&a, 2, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(opt, &report) == 0 && report.applied, "a step at the largest scale");
+	CHECK(dos_opt_wait(opt) == 0 && dos_opt_get_info(opt, &info) == 0 && info.loss_scale == DOS_LOSS_SCALE_MAX,
+	      "after a window at the largest scale: %g (at most %g)", info.loss_scale, DOS_LOSS_SCALE_MAX);
+	dos_opt_destroy(opt);
 	app_free(&a);
-	printf("clipping and loss scaling: statistics phase timed, a skipped step leaves the state, scale halved\n");
+	printf("clipping and loss scaling: statistics phase timed, a skipped step leaves the state, scale halved, "
+	       "and kept at its largest\n");
 }
 
 /* ---- 7. learning-rate schedules ------------------------------------------------------- */

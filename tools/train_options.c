@@ -249,6 +249,7 @@ static const struct {
 		    {"warmup_steps", "--warmup"},
 		    {"lr_schedule.min_ratio", "--min-lr-ratio"},
 		    {"clip_norm", "--clip"},
+		    {"loss_scale_init", "--loss-scale"},
 		    {"subgroup_size", "--subgroup-size"},
 		    {"eval_fraction", "--eval-fraction"},
 		    {"eval_every", "--eval-every"}};
@@ -281,6 +282,7 @@ static bool library_rules_hold(FILE *err, const struct train_options *o)
 	struct dos_adam_step probe;
 	if (dos_adam_step_init(&probe, &cfg->opt.hp, 1, 1.0) == 0 &&
 	    dos_lr_schedule_check(&cfg->opt.lr_schedule) == 0 && _dos_clip_norm_check(cfg->opt.clip_norm) == 0 &&
+	    _dos_loss_scale_check(cfg->opt.dynamic_loss_scale, cfg->opt.loss_scale_init) == 0 &&
 	    _dos_subgroup_size_check(cfg->opt.subgroup_size, o->params) == 0 &&
 	    _dos_train_eval_check(cfg->eval_fraction, cfg->eval_every) == 0)
 		return true;
