@@ -228,14 +228,14 @@ expect_refusal "preset = 'huge'" --preset huge
 expect_refusal "steps = '0'" --steps 0
 expect_refusal "steps = '-3'" --steps -3
 expect_refusal "micro-batch = 'x'" --micro-batch x
-expect_refusal "lr_schedule.min_ratio = 2 must be in \[0, 1\]" --preset tiny --min-lr-ratio 2
-expect_refusal "decay_steps = 5 must be 0 (no decay) or above warmup_steps = 10" --preset tiny --warmup 10 --decay-steps 5
+expect_refusal "--min-lr-ratio = 2 must be in \[0, 1\]" --preset tiny --min-lr-ratio 2
+expect_refusal "--decay-steps = 5 must be 0 (no decay) or above --warmup = 10" --preset tiny --warmup 10 --decay-steps 5
 expect_refusal "warmup = '-1'" --warmup -1
-expect_refusal "eval_fraction = 0.7 must be 0 (nothing held out) or in (0, 0.5\]" --preset tiny --eval-fraction 0.7
-expect_refusal "eval_every = 3 needs held-out data: eval_fraction is 0" --preset tiny --eval-fraction 0 --eval-every 3
+expect_refusal "--eval-fraction = 0.7 must be 0 (nothing held out) or in (0, 0.5\]" --preset tiny --eval-fraction 0.7
+expect_refusal "--eval-every = 3 needs held-out data: --eval-fraction is 0" --preset tiny --eval-fraction 0 --eval-every 3
 expect_refusal "eval-batches = '0'" --eval-batches 0
 expect_refusal "policy = 'nosuch'" --preset tiny --policy nosuch
-expect_refusal "subgroup_size = 100000000" --preset tiny --subgroup-size 100000000
+expect_refusal "--subgroup-size = 100000000" --preset tiny --subgroup-size 100000000
 expect_refusal "precision = 'fp8'" --precision fp8
 expect_refusal "hidden = 32 is not a multiple of heads = 3" --preset tiny --heads 3
 expect_refusal "$work/missing/corpus" --preset tiny --data "$work/missing/corpus"
