@@ -19,15 +19,6 @@ void _dos_dp_owned_subgroups(const struct dos_data_parallel *dp, int rank, uint3
 	*end = (uint32_t)((uint64_t)(rank + 1) * nsubgroups / n);
 }
 
-void _dos_dp_owned_params(const struct dos_data_parallel *dp, int rank, uint64_t nparams, uint64_t subgroup_size,
-			  uint64_t *begin, uint64_t *len)
-{
-	uint32_t nsubgroups = (uint32_t)((nparams + subgroup_size - 1) / subgroup_size), first, end;
-	_dos_dp_owned_subgroups(dp, rank, nsubgroups, &first, &end);
-	*begin = (uint64_t)first * subgroup_size;
-	*len = end > first ? (end == nsubgroups ? nparams : (uint64_t)end * subgroup_size) - *begin : 0;
-}
-
 int _dos_dp_owner(const struct dos_data_parallel *dp, uint32_t nsubgroups, uint32_t subgroup)
 {
 	/* the largest rank whose block starts at or before the subgroup (blocks may be empty

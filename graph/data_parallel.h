@@ -68,12 +68,6 @@ enum dos_dp_message {
 void _dos_dp_owned_subgroups(const struct dos_data_parallel *dp, int rank, uint32_t nsubgroups, uint32_t *first,
 			     uint32_t *end);
 int _dos_dp_owner(const struct dos_data_parallel *dp, uint32_t nsubgroups, uint32_t subgroup);
-/* The parameters [*begin, *begin + *len) whose state `rank` keeps, for `nparams`
- * parameters in subgroups of `subgroup_size` (the last one possibly shorter); *len is 0
- * for a rank that owns no subgroup. */
-void _dos_dp_owned_params(const struct dos_data_parallel *dp, int rank, uint64_t nparams, uint64_t subgroup_size,
-			  uint64_t *begin, uint64_t *len);
-
 /* 1 when this library was built with StarPU-MPI. */
 int _dos_dp_available(void);
 

@@ -86,7 +86,7 @@ static int is_norm_weight(const struct dos_model_shape *s, uint32_t t)
 
 void _dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, float *flat)
 {
-	uint32_t ntensors = DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers + 2;
+	uint32_t ntensors = _dos_model_tensor_count(s);
 	uint64_t numel[ntensors];
 	_dos_model_param_count(s, numel);
 	const float amplitude = dos_init_amplitude();
@@ -179,7 +179,7 @@ int _dos_model_create(struct dos_model *out, const struct dos_model_shape *shape
 	m->checkpoint_activations = checkpoint_activations;
 	m->dtype = dtype;
 	m->sched_ctx = sched_ctx;
-	m->ntensors = DOS_T_LAYER0 + DOS_T_PER_LAYER * shape->layers + 2;
+	m->ntensors = _dos_model_tensor_count(shape);
 	m->numel = calloc(m->ntensors, sizeof *m->numel);
 	m->weight = calloc(m->ntensors, sizeof *m->weight);
 	m->grad = calloc(m->ntensors, sizeof *m->grad);

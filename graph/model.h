@@ -64,6 +64,13 @@ struct dos_model {
 
 #define DOS_MODEL_MAX_LAYERS 100000
 
+/* Tensors of a shape in flat order: the two embeddings, DOS_T_PER_LAYER per layer, the
+ * final norm and the head (a checked shape's count fits 32 bits). */
+static inline uint32_t _dos_model_tensor_count(const struct dos_model_shape *shape)
+{
+	return DOS_T_LAYER0 + DOS_T_PER_LAYER * shape->layers + 2;
+}
+
 /* Checks a shape: every size > 0, hidden divisible by heads, at most DOS_MODEL_MAX_LAYERS
  * layers, every tensor within the 32-bit element count of a StarPU vector. Returns 0 or
  * -EINVAL naming the field and value. */

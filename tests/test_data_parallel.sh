@@ -70,8 +70,11 @@ same_as_one_process "fp16, loss scaling and clipping" --precision fp16 --clip 0.
 same_as_one_process "fp16, every step overflows" --precision fp16 --loss-scale 1e30
 grep -q "(8 skipped)" "$work/log" || fail "--loss-scale 1e30 skipped no step: $(cat "$work/log")"
 same_as_one_process "3 subgroups, fewer than 4 ranks" --subgroup-size 12000
+# one process follows the tensors by default, a job of several ranks cuts across them:
+# every case above compares the two layouts; here both follow the tensors
+same_as_one_process "bf16, subgroups following the tensors in every rank" --precision bf16 --subgroup-layout tensors
 echo "data parallel: $(echo $job_sizes | sed "s/ / and /") ranks bit-identical to one process accumulating the global batch (fp32, bf16, fp16" \
-	"with loss scaling and clipping, overflow skips, several policies and subgroup sizes), and the same held-out losses"
+	"with loss scaling and clipping, overflow skips, several policies, subgroup sizes and layouts), and the same held-out losses"
 
 # ---- 1b. the scatter exchange (graph/scatter.h): each rank sums a chunk of every subgroup ---
 # Not one process's bits (each rank's partial gradient is rounded once more), but the same

@@ -136,6 +136,7 @@ refused "--eval-every = 5 needs held-out data: --eval-fraction is 0" -- --eval-f
 refused "--min-lr-ratio = 2 must be in [0, 1]" -- --min-lr-ratio 2
 refused "--decay-steps = 2 must be 0 (no decay) or above --warmup = 5" -- --warmup 5 --decay-steps 2
 refused "--subgroup-size = 100000000 must be in [1, 33440]" -- --subgroup-size 100000000
+refused "--subgroup-layout = 'packed': neither tensors nor flat" -- --subgroup-layout packed
 # a scale no float holds made the first step's gradient scale infinite, after StarPU's start
 refused "--loss-scale = 1e+300: dynamic loss scaling needs a scale in [1, 2^127" -- --loss-scale 1e300 --precision fp16
 echo "hyperparameters, schedule, clipping, subgroup size, held-out data: out-of-range values refused before StarPU starts, naming the option"

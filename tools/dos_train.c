@@ -23,6 +23,7 @@
 #include "files.h"
 #include "kernels.h"
 #include "parse.h"
+#include "subgroups.h"
 #include "timeline.h"
 #include "train.h"
 #include "train_options.h"
@@ -526,15 +527,29 @@ static int write_dump(const char *path, const struct dos_train_output *out, uint
 	return ok ? 0 : -EIO;
 }
 
+/* The subgroups the optimizer will cut the model into: the map it builds from the same
+ * settings. 0, or an error the optimizer will meet and report itself. */
+static int subgroups_of(const struct dos_train_config *cfg, struct dos_subgroup_map *map)
+{
+	uint32_t ntensors = _dos_model_tensor_count(&cfg->shape);
+	uint64_t *numel = malloc(ntensors * sizeof *numel);
+	if (!numel)
+		return -ENOMEM;
+	_dos_model_param_count(&cfg->shape, numel);
+	int err = _dos_subgroup_map_build(map, numel, ntensors, cfg->opt.subgroup_size,
+					  cfg->opt.subgroups_follow_tensors);
+	free(numel);
+	return err;
+}
+
 /* In a data-parallel job, each rank's line: its subgroups and the share of the optimizer
  * state (fp32 master, m, v: 12 bytes per parameter) it keeps. */
-static void print_rank_share(const struct dos_train_config *cfg, uint64_t params, unsigned ncpu, unsigned ncuda,
-			     const struct dos_rank_binding *binding)
+static void print_rank_share(const struct dos_train_config *cfg, const struct dos_subgroup_map *map, unsigned ncpu,
+			     unsigned ncuda, const struct dos_rank_binding *binding)
 {
-	uint64_t size = cfg->opt.subgroup_size, begin, mine;
 	uint32_t first, end;
-	_dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, (uint32_t)((params + size - 1) / size), &first, &end);
-	_dos_dp_owned_params(&cfg->dp, cfg->dp.rank, params, size, &begin, &mine);
+	_dos_dp_owned_subgroups(&cfg->dp, cfg->dp.rank, map->nsubgroups, &first, &end);
+	uint64_t mine = map->subgroup_start[end] - map->subgroup_start[first], params = map->nparams;
 	char host[256] = "?";
 #if DOS_SMPI
 	snprintf(host, sizeof host, "simulated node %d", cfg->dp.rank);
@@ -850,16 +865,22 @@ static void print_header(const struct train_options *o, const struct dos_train_c
 	int ranks = _dos_dp_size(&cfg->dp);
 	unsigned ncpu = starpu_worker_get_count_by_type(STARPU_CPU_WORKER);
 	unsigned ncuda = starpu_worker_get_count_by_type(STARPU_CUDA_WORKER);
-	if (ranks > 1) /* before the job's header, which rank 0 prints */
-		print_rank_share(cfg, params, ncpu, ncuda, binding);
+	struct dos_subgroup_map map;
+	int have_map = subgroups_of(cfg, &map) == 0;
+	if (ranks > 1 && have_map) /* before the job's header, which rank 0 prints */
+		print_rank_share(cfg, &map, ncpu, ncuda, binding);
 	if (cfg->dp.rank != 0 && !silence_stdout()) /* rank 0 reports the job */
 		*quiet = 1;
+	char count[32] = "?";
+	if (have_map)
+		snprintf(count, sizeof count, "%u", map.nsubgroups);
 	printf("dos-train: %s model (V %u, hidden %u, heads %u, FFN %u, layers %u, seq %u): %.3g M parameters, "
-	       "%llu subgroups of %llu\n",
+	       "%s subgroups of at most %llu, %s\n",
 	       o->preset->name, cfg->shape.vocab, cfg->shape.hidden, cfg->shape.heads, cfg->shape.ffn,
-	       cfg->shape.layers, cfg->shape.seq_len, params / 1e6,
-	       (unsigned long long)((params + cfg->opt.subgroup_size - 1) / cfg->opt.subgroup_size),
-	       (unsigned long long)cfg->opt.subgroup_size);
+	       cfg->shape.layers, cfg->shape.seq_len, params / 1e6, count, (unsigned long long)cfg->opt.subgroup_size,
+	       cfg->opt.subgroups_follow_tensors ? "following the tensors" : "across tensors");
+	if (have_map)
+		_dos_subgroup_map_free(&map);
 	printf("dos-train: %llu steps of %u x %u sequences%s, %s, policy %s, %u CPU + %u CUDA workers, data %s\n",
 	       (unsigned long long)cfg->steps, cfg->accumulation * ranks, cfg->micro_batch,
 	       ranks == 1                           ? ""
@@ -1030,6 +1051,7 @@ static int train_main(int argc, char **argv)
 	const char *running;
 	if ((status = start_starpu(&opts, &argc, &argv, &binding, &running)))
 		return status;
+	dos_train_resolve_layout(&opts); /* the ranks are known now */
 
 	int reporter = cfg->dp.rank == 0, quiet = opts.quiet;
 	const char *plot = reporter ? opts.plot : NULL; /* one voice: rank 0 reports the job */

@@ -62,6 +62,10 @@ static void usage(FILE *f)
 		   "  --loss-scale X       initial dynamic loss scale (fp16 default 65536; 0 = off)\n"
 		   "  --clip X             global gradient-norm clipping (0 = off, default)\n"
 		   "  --subgroup-size N    parameters per optimizer subgroup\n"
+		   "  --subgroup-layout L  tensors (a subgroup never spans two tensors: an update reads\n"
+		   "                       its tensor's gradient in place; the default in one process)\n"
+		   "                       or flat (subgroups of --subgroup-size across tensors: the\n"
+		   "                       default in a data-parallel job); the same bits either way\n"
 		   "  --state-on-host      a fresh run copies its optimizer state in host memory\n"
 		   "                       instead of making it by tasks where the policy runs them\n"
 		   "                       (the default with at most one GPU: state created on the GPU\n"
@@ -174,6 +178,7 @@ enum {
 	O_LS,
 	O_CLIP,
 	O_SUB,
+	O_LAYOUT,
 	O_POLICY,
 	O_PLOT,
 	O_TRACE,
@@ -220,6 +225,7 @@ static const struct option options[] = {
 	OPTION(O_LS, "loss-scale", 1),
 	OPTION(O_CLIP, "clip", 1),
 	OPTION(O_SUB, "subgroup-size", 1),
+	OPTION(O_LAYOUT, "subgroup-layout", 1),
 	OPTION(O_POLICY, "policy", 1),
 	OPTION(O_PLOT, "plot", 1),
 	OPTION(O_TRACE, "trace", 1),
@@ -413,6 +419,15 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 		case O_SUB:
 			bad |= parse_u64(err, name, optarg, 1, UINT64_MAX, &subgroup) != 0;
 			break;
+		case O_LAYOUT:
+			if (!strcmp(optarg, "tensors") || !strcmp(optarg, "flat"))
+				out->subgroup_layout =
+					!strcmp(optarg, "tensors") ? TRAIN_LAYOUT_TENSORS : TRAIN_LAYOUT_FLAT;
+			else {
+				fprintf(err, "dos-train: --subgroup-layout = '%s': neither tensors nor flat\n", optarg);
+				bad = 1;
+			}
+			break;
 		case O_POLICY:
 			out->policy = optarg;
 			break;
@@ -527,6 +542,13 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 	cfg->opt.dynamic_loss_scale = loss_scale > 0;
 	cfg->opt.loss_scale_init = loss_scale;
 	return library_rules_hold(err, out) ? TRAIN_OPTIONS_RUN : TRAIN_OPTIONS_BAD;
+}
+
+void dos_train_resolve_layout(struct train_options *o)
+{
+	struct dos_train_config *cfg = &o->cfg;
+	cfg->opt.subgroups_follow_tensors = o->subgroup_layout == TRAIN_LAYOUT_TENSORS ||
+					    (o->subgroup_layout == TRAIN_LAYOUT_DEFAULT && _dos_dp_size(&cfg->dp) == 1);
 }
 
 void dos_train_warn_options(const struct train_options *o, FILE *err)

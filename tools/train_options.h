@@ -31,6 +31,9 @@ struct train_options {
 	const char *precision;                      /* "fp32", "bf16" or "fp16" */
 	const char *plot, *trace, *dump, *simulate; /* NULL when not given */
 	int quiet;
+	/* --subgroup-layout: TRAIN_LAYOUT_DEFAULT until dos_train_resolve_layout, which needs
+	 * the job's number of ranks */
+	enum train_subgroup_layout { TRAIN_LAYOUT_DEFAULT, TRAIN_LAYOUT_TENSORS, TRAIN_LAYOUT_FLAT } subgroup_layout;
 };
 
 /* What dos_train_parse_options found: the values are dos-train's exit statuses for help
@@ -57,6 +60,13 @@ enum {
  * stderr: they are printed when err is stderr and left out otherwise; the usage text
  * that follows them goes to err either way. */
 int dos_train_parse_options(int argc, char **argv, struct train_options *out, FILE *err);
+
+/* Sets cfg.opt.subgroups_follow_tensors from --subgroup-layout, or by default: following
+ * the tensors in a single process, where an update then reads backward's gradient of its
+ * tensor in place (no gather), and across them in a data-parallel job of several ranks,
+ * where every subgroup's gradient is gathered and exchanged anyway and fewer, larger
+ * subgroups mean fewer messages. Call once the ranks are known (cfg.dp). */
+void dos_train_resolve_layout(struct train_options *o);
 
 /* Warns on err of settings that dos_train_parse_options accepts, since they are legitimate
  * choices, but that may well not be what was meant: a --warmup longer than the run (the
