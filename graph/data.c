@@ -12,6 +12,37 @@
 #include "flat.h"
 #include "host_memory.h"
 
+int _dos_corpus_length_check(const char *path, uint64_t len, uint32_t seq_len)
+{
+	if (len < (uint64_t)seq_len + 1)
+		return DOS_FAIL(-EINVAL, "the data file %s has %llu bytes, fewer than seq_len + 1 = %llu", path,
+				(unsigned long long)len, (unsigned long long)seq_len + 1);
+	/* the corpus is one StarPU vector of bytes, whose length is 32-bit */
+	if (len > UINT32_MAX)
+		return DOS_FAIL(-EINVAL, "the data file %s has %llu bytes, more than 2^32 - 1", path,
+				(unsigned long long)len);
+	return 0;
+}
+
+int _dos_corpus_split_check(uint64_t len, double fraction, uint32_t nseq, uint32_t seq_len, uint64_t *train_len,
+			    uint32_t *eval_batches)
+{
+	if (!(fraction > 0 && fraction <= 0.5))
+		return DOS_FAIL(-EINVAL, "eval_fraction = %g must be in (0, 0.5]", fraction);
+	uint64_t held = (uint64_t)((double)len * fraction), train = len - held;
+	/* a held-out sequence's targets reach one byte past it */
+	uint64_t sequences = held > 0 ? (held - 1) / seq_len : 0;
+	if (train < (uint64_t)seq_len + 1 || sequences < nseq)
+		return DOS_FAIL(-EINVAL,
+				"eval_fraction = %g of the %llu-byte corpus: %llu bytes for training (need %llu) and "
+				"%llu held-out sequences of %u tokens (need a micro-batch of %u)",
+				fraction, (unsigned long long)len, (unsigned long long)train,
+				(unsigned long long)seq_len + 1, (unsigned long long)sequences, seq_len, nseq);
+	*train_len = train;
+	*eval_batches = (uint32_t)(sequences / nseq < UINT32_MAX ? sequences / nseq : UINT32_MAX);
+	return 0;
+}
+
 int _dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len, uint64_t seed)
 {
 	if (!out || !path)
@@ -43,21 +74,15 @@ int _dos_corpus_load(struct dos_corpus *out, const char *path, uint32_t seq_len,
 						       : "");
 	}
 	uint64_t len = (uint64_t)st.st_size;
-	if (len < (uint64_t)seq_len + 1) {
+	int err = _dos_corpus_length_check(path, len, seq_len);
+	if (err) {
 		fclose(f);
-		return DOS_FAIL(-EINVAL, "the data file %s has %llu bytes, fewer than seq_len + 1 = %llu", path,
-				(unsigned long long)len, (unsigned long long)seq_len + 1);
-	}
-	/* the corpus is one StarPU vector of bytes, whose length is 32-bit */
-	if (len > UINT32_MAX) {
-		fclose(f);
-		return DOS_FAIL(-EINVAL, "the data file %s has %llu bytes, more than 2^32 - 1", path,
-				(unsigned long long)len);
+		return err;
 	}
 	struct dos_corpus c = {0};
 	char what[4200];
 	snprintf(what, sizeof what, "the data file %s", path);
-	int err = _dos_host_alloc((void **)&c.bytes, (size_t)len, what, &c.pinned);
+	err = _dos_host_alloc((void **)&c.bytes, (size_t)len, what, &c.pinned);
 	if (err) {
 		fclose(f);
 		return err;
@@ -120,19 +145,13 @@ int _dos_corpus_next_batch(struct dos_corpus *c, uint32_t nseq, uint32_t seq_len
 
 int _dos_corpus_hold_out(struct dos_corpus *c, double fraction, uint32_t nseq, uint32_t seq_len, uint32_t *eval_batches)
 {
-	if (!(fraction > 0 && fraction <= 0.5))
-		return DOS_FAIL(-EINVAL, "eval_fraction = %g must be in (0, 0.5]", fraction);
-	uint64_t held = (uint64_t)((double)c->len * fraction), train = c->len - held;
-	/* a held-out sequence's targets reach one byte past it */
-	uint64_t sequences = held > 0 ? (held - 1) / seq_len : 0;
-	if (train < (uint64_t)seq_len + 1 || sequences < nseq)
-		return DOS_FAIL(-EINVAL,
-				"eval_fraction = %g of the %llu-byte corpus: %llu bytes for training (need %llu) and "
-				"%llu held-out sequences of %u tokens (need a micro-batch of %u)",
-				fraction, (unsigned long long)c->len, (unsigned long long)train,
-				(unsigned long long)seq_len + 1, (unsigned long long)sequences, seq_len, nseq);
+	uint64_t train;
+	uint32_t batches;
+	int err = _dos_corpus_split_check(c->len, fraction, nseq, seq_len, &train, &batches);
+	if (err)
+		return err;
 	c->train_len = train;
-	*eval_batches = (uint32_t)(sequences / nseq < UINT32_MAX ? sequences / nseq : UINT32_MAX);
+	*eval_batches = batches;
 	return 0;
 }
 

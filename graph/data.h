@@ -34,6 +34,17 @@ struct dos_corpus {
 	void *hook_arg;
 };
 
+/* The rules a data file of `len` bytes meets before it is read (dos-train applies them
+ * from the file's size before StarPU starts): at least seq_len + 1 bytes, one sequence and
+ * its last target, and at most 2^32 - 1 (one StarPU vector). 0 or -EINVAL naming the file
+ * and the sizes. */
+int _dos_corpus_length_check(const char *path, uint64_t len, uint32_t seq_len);
+
+/* The split _dos_corpus_hold_out makes of a corpus of `len` bytes, or why it cannot: the
+ * same rule and message, from the size alone. */
+int _dos_corpus_split_check(uint64_t len, double fraction, uint32_t nseq, uint32_t seq_len, uint64_t *train_len,
+			    uint32_t *eval_batches);
+
 /* Reads `path` (after starpu_init) and registers it. Errors: -EINVAL for NULL arguments,
  * seq_len 0, a file shorter than seq_len + 1 or longer than 2^32 - 1 bytes (the message
  * names the file and the sizes), -EISDIR for a directory, -errno when it cannot be read

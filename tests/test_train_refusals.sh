@@ -81,7 +81,18 @@ mkfifo "$work/fifo"
 refused "--data $work/fifo" "not a regular file" "FIFO" -- --data "$work/fifo"
 refused "--data $work" "not a regular file" "folder" -- --data "$work"
 refused "--data $work/none" "No such file" -- --data "$work/none"
-echo "--data: a FIFO, a folder and a missing file refused at once"
+# too small for one sequence of the tiny preset (16 tokens and a target), or for its
+# held-out part: refused from the file's size, before StarPU starts (they stopped the run
+# once the model was built)
+head -c 11 "$(dirname "$0")/../data/corpus.txt" >"$work/eleven.txt"
+refused "the data file $work/eleven.txt has 11 bytes, fewer than --seq-len + 1 = 17" -- --data "$work/eleven.txt"
+head -c 2000 "$(dirname "$0")/../data/corpus.txt" >"$work/small.txt"
+refused "--eval-fraction = 0.01 of the 2000-byte corpus" "1 held-out sequences of 16 tokens (need a micro-batch of 4)" \
+	-- --data "$work/small.txt" --eval-fraction 0.01
+$train --preset tiny --steps 2 --quiet --data "$work/small.txt" --eval-fraction 0.1 >"$work/log" 2>&1 ||
+	fail "a 2000-byte corpus with a tenth held out refused: $(cat "$work/log")"
+echo "--data: a FIFO, a folder, a missing file, a file shorter than a sequence and a held-out part smaller" \
+	"than a micro-batch refused at once"
 
 # ---- 3. STARPU_SCHED ----------------------------------------------------------------------
 export STARPU_SCHED=nonsense

@@ -17,6 +17,7 @@
 
 #include "bench.h"
 #include "config.h"
+#include "data.h"
 #include "dos.h"
 #include "dos_policy.h"
 #include "errors.h"
@@ -583,8 +584,9 @@ static int has_svg_extension(const char *path)
 }
 
 /* The training text: a regular file (a FIFO would block the read, a folder fail late). */
-static int check_data_file(const char *path, int given)
+static int check_data_file(const struct dos_train_config *cfg, int given)
 {
+	const char *path = cfg->data_path;
 	struct stat st;
 	if (stat(path, &st) != 0) {
 		if (!given && errno == ENOENT)
@@ -605,6 +607,16 @@ static int check_data_file(const char *path, int given)
 			S_ISDIR(st.st_mode)    ? "a folder"
 			: S_ISFIFO(st.st_mode) ? "a FIFO, which would block until something writes into it"
 					       : "a device or socket");
+		return 2;
+	}
+	/* the corpus's size rules (graph/data.h), from its size: applied when it is read,
+	 * they stopped the run only after StarPU had started and the model was built */
+	uint64_t len = (uint64_t)st.st_size, train;
+	uint32_t batches;
+	if (_dos_corpus_length_check(path, len, cfg->shape.seq_len) ||
+	    (cfg->eval_fraction > 0 && _dos_corpus_split_check(len, cfg->eval_fraction, cfg->micro_batch,
+							       cfg->shape.seq_len, &train, &batches))) {
+		dos_train_print_library_error(stderr);
 		return 2;
 	}
 	return 0;
@@ -641,7 +653,7 @@ static int check_files(struct train_options *o)
 	int given = cfg->data_path != NULL;
 	if (!given)
 		cfg->data_path = default_data_path();
-	if (check_data_file(cfg->data_path, given))
+	if (check_data_file(cfg, given))
 		return 2;
 	if (o->plot && *o->plot && !has_svg_extension(o->plot)) {
 		fprintf(stderr, "dos-train: --plot '%s': the picture is SVG; give a file name ending in .svg\n",

@@ -258,11 +258,12 @@ static const struct {
 		    {"loss_scale_init", "--loss-scale"},
 		    {"subgroup_size", "--subgroup-size"},
 		    {"eval_fraction", "--eval-fraction"},
-		    {"eval_every", "--eval-every"}};
+		    {"eval_every", "--eval-every"},
+		    {"seq_len", "--seq-len"}};
 
-/* A library message, each field it names replaced by its option's name. */
-static void print_under_option_names(FILE *err, const char *message)
+void dos_train_print_library_error(FILE *err)
 {
+	const char *message = _dos_last_error_message();
 	const size_t names = sizeof option_names / sizeof *option_names;
 	fputs("dos-train: ", err);
 	while (*message) {
@@ -292,7 +293,7 @@ static bool library_rules_hold(FILE *err, const struct train_options *o)
 	    _dos_subgroup_size_check(cfg->opt.subgroup_size, o->params) == 0 &&
 	    _dos_train_eval_check(cfg->eval_fraction, cfg->eval_every) == 0)
 		return true;
-	print_under_option_names(err, _dos_last_error_message());
+	dos_train_print_library_error(err);
 	return false;
 }
 

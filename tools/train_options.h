@@ -61,6 +61,10 @@ enum {
  * that follows them goes to err either way. */
 int dos_train_parse_options(int argc, char **argv, struct train_options *out, FILE *err);
 
+/* Prints the library's last error message on err, prefixed with "dos-train: ", each
+ * setting it names (hp->lr, clip_norm, seq_len, ...) replaced by its option's name. */
+void dos_train_print_library_error(FILE *err);
+
 /* Sets cfg.opt.subgroups_follow_tensors from --subgroup-layout, or by default: following
  * the tensors in a single process, where an update then reads backward's gradient of its
  * tensor in place (no gather), and across them in a data-parallel job of several ranks,
