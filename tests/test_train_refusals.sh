@@ -85,7 +85,7 @@ refused "--data $work/none" "No such file" -- --data "$work/none"
 # held-out part: refused from the file's size, before StarPU starts (they stopped the run
 # once the model was built)
 head -c 11 "$(dirname "$0")/../data/corpus.txt" >"$work/eleven.txt"
-refused "the data file $work/eleven.txt has 11 bytes, fewer than --seq-len + 1 = 17" -- --data "$work/eleven.txt"
+refused "the data file $work/eleven.txt has 11 bytes, fewer than seq_len + 1 = 17" -- --data "$work/eleven.txt"
 head -c 2000 "$(dirname "$0")/../data/corpus.txt" >"$work/small.txt"
 refused "--eval-fraction = 0.01 of the 2000-byte corpus" "1 held-out sequences of 16 tokens (need a micro-batch of 4)" \
 	-- --data "$work/small.txt" --eval-fraction 0.01

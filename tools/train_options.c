@@ -258,8 +258,7 @@ static const struct {
 		    {"loss_scale_init", "--loss-scale"},
 		    {"subgroup_size", "--subgroup-size"},
 		    {"eval_fraction", "--eval-fraction"},
-		    {"eval_every", "--eval-every"},
-		    {"seq_len", "--seq-len"}};
+		    {"eval_every", "--eval-every"}};
 
 void dos_train_print_library_error(FILE *err)
 {

@@ -62,7 +62,7 @@ enum {
 int dos_train_parse_options(int argc, char **argv, struct train_options *out, FILE *err);
 
 /* Prints the library's last error message on err, prefixed with "dos-train: ", each
- * setting it names (hp->lr, clip_norm, seq_len, ...) replaced by its option's name. */
+ * setting it names (hp->lr, clip_norm, ...) replaced by its option's name. */
 void dos_train_print_library_error(FILE *err);
 
 /* Sets cfg.opt.subgroups_follow_tensors from --subgroup-layout, or by default: following
