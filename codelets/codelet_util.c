@@ -74,6 +74,13 @@ int _dos_check_contiguous(const char *function, const char *name, starpu_data_ha
 {
 	if (!h)
 		return _dos_fail(-EINVAL, function, "%s is NULL", name);
+	/* StarPU asserts on a task or an acquire on the whole of a partitioned handle */
+	int pieces = starpu_data_get_nb_children(h);
+	if (pieces > 0)
+		return _dos_fail(-EINVAL, function,
+				 "%s is partitioned into %d pieces (starpu_data_partition): a task may use the pieces, "
+				 "not the whole; unpartition it first, or give the pieces",
+				 name, pieces);
 	enum starpu_data_interface_id id = starpu_data_get_interface_id(h);
 	/* the home copy is the application's layout; a handle with no home gets packed
 	 * copies only, wherever StarPU allocates them */

@@ -151,8 +151,9 @@ const char *dos_cpu_isa_name(enum dos_cpu_isa isa);
  * as tile-based codes do: every copy StarPU allocates is packed). Refused with -EINVAL
  * and a message naming the handle: padded (non-contiguous) layouts, other interfaces
  * (CSR, COO, multiformat, ndim...), element sizes other than the dtype's, and so fp64
- * data: elements are fp32, fp16 or bf16 (enum dos_dtype), never fp64. Handles of one
- * task must hold the same number of elements. */
+ * data: elements are fp32, fp16 or bf16 (enum dos_dtype), never fp64; and a handle
+ * partitioned with starpu_data_partition (its pieces are accepted). Handles of one task
+ * must hold the same number of elements. */
 
 /* One Adam/AdamW update of a subgroup: master (fp32, RW), m (fp32, RW), v (fp32, RW),
  * grad (grad_dtype, R), and weight16 (weight_dtype fp16 or bf16, W; NULL when training in
@@ -452,7 +453,7 @@ int dos_opt_config_init(struct dos_opt_config *cfg);
  * copy) that overlap, handles while StarPU is not initialised, a location outside enum
  * dos_memory, a CUDA device no StarPU CUDA worker uses, an unknown policy,
  * use_app_sched_ctx with StarPU not running or with a context that does not exist or is
- * not run by a starpu-dos policy, ctx_workers naming a worker that does not exist;
+ * not run by a starpu-dos policy, ctx_workers naming a worker that does not exist or one twice;
  * -EBUSY for a handle or buffer that a live optimizer already has (the message names
  * both); -ENODEV when StarPU finds no worker (the message names the settings that decide
  * the workers); -ENOMEM. */

@@ -573,6 +573,12 @@ static int join_starpu(struct dos_opt *opt, const struct dos_opt_config *cfg, st
 			if (cfg->ctx_workers[i] < 0 || (unsigned)cfg->ctx_workers[i] >= starpu_worker_get_count())
 				return DOS_FAIL(-EINVAL, "ctx_workers[%u] = %d is not a StarPU worker (there are %u)",
 						i, cfg->ctx_workers[i], starpu_worker_get_count());
+		/* StarPU asserts on a context given one worker twice */
+		for (unsigned i = 0; i < cfg->ctx_nworkers; i++)
+			for (unsigned j = 0; j < i; j++)
+				if (cfg->ctx_workers[i] == cfg->ctx_workers[j])
+					return DOS_FAIL(-EINVAL, "ctx_workers[%u] = %d is ctx_workers[%u] too", i,
+							cfg->ctx_workers[i], j);
 		nworkers = (int)cfg->ctx_nworkers;
 	}
 	opt->sched_ctx = starpu_sched_ctx_create((int *)cfg->ctx_workers, nworkers, "starpu-dos",

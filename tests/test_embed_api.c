@@ -246,6 +246,17 @@ static void refusals_with_starpu(void)
 	BAD_TENSOR((x[0].grad = h16), "tensors[0].grad is a vector of 2-byte elements, expected 4");
 	BAD_TENSOR((x[0].weight = hlong), "tensors[0].weight has 701 elements but numel = 700");
 	BAD_TENSOR((x[1].grad = x[1].weight), "is given twice");
+	/* StarPU asserts on an acquire or a task of a partitioned handle's whole */
+	struct starpu_data_filter quarters = {.filter_func = starpu_vector_filter_block, .nchildren = 4};
+	starpu_data_partition(a.hw[0], &quarters);
+	BAD_TENSOR((void)0, "tensors[0].weight is partitioned into 4 pieces");
+	starpu_data_unpartition(a.hw[0], STARPU_MAIN_RAM);
+	/* and on a context given a worker twice */
+	struct dos_opt_config twice = cfg;
+	const int worker_twice[] = {0, 0};
+	twice.ctx_workers = worker_twice;
+	twice.ctx_nworkers = 2;
+	expect(dos_opt_create(&opt, &twice, T, a.tensors), -EINVAL, "ctx_workers[1] = 0 is ctx_workers[0] too");
 	struct dos_opt_config bf16 = cfg;
 	bf16.tensor_dtype = DOS_BF16;
 	expect(dos_opt_create(&opt, &bf16, T, a.tensors), -EINVAL,
