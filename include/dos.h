@@ -344,7 +344,10 @@ int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes);
  * scheduled by us. The sched_ctx field of dos_opt_get_info names the context.
  *
  * One thread at a time per optimizer. Functions that return int return 0 or a negative
- * errno, with the message in dos_last_error(), and change nothing when they fail. */
+ * errno, with the message in dos_last_error(), and change nothing when they fail. Every
+ * function taking a dos_opt_t also refuses (-EINVAL) one that dos_opt_destroy has freed,
+ * and, where it reaches StarPU, one whose StarPU was shut down: destroy the optimizers
+ * before starpu_shutdown, and keep the handles given to one registered until then. */
 
 /* An optimizer made by dos_opt_create. */
 typedef struct dos_opt *dos_opt_t;
@@ -608,7 +611,8 @@ int dos_opt_latest_checkpoint(const char *dir, char *path, size_t path_size);
 /* Waits for the optimizer's tasks, writes weights given as buffers back to them,
  * unregisters what dos_opt_create registered, deletes the optimizer's scheduling
  * context, frees the state, and shuts StarPU down when dos_opt_create initialised it and
- * no other optimizer needs it. NULL does nothing. */
+ * no other optimizer needs it. NULL does nothing; an optimizer already destroyed, or
+ * whose StarPU was shut down, is refused with the message on stderr and not touched. */
 void dos_opt_destroy(dos_opt_t opt);
 
 #ifdef __cplusplus

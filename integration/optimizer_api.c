@@ -428,6 +428,32 @@ static void leave_live(struct dos_opt *opt)
 	pthread_mutex_unlock(&live_lock);
 }
 
+/* An optimizer the application hands back must be one dos_opt_create returned and
+ * dos_opt_destroy has not freed: a stale one (destroyed twice, used after its destroy)
+ * would crash in its freed locks. An address reused by a newer optimizer passes, as it
+ * names a live one. Calls that reach StarPU (`needs_starpu`) also need it running: after
+ * the application's starpu_shutdown, StarPU asserts on the optimizer's tasks and data. */
+static int check_live(const struct dos_opt *opt, const char *function, int needs_starpu)
+{
+	pthread_mutex_lock(&live_lock);
+	const struct dos_opt *o = live_opts;
+	while (o && o != opt)
+		o = o->next_live;
+	pthread_mutex_unlock(&live_lock);
+	if (!o)
+		return _dos_fail(-EINVAL, function,
+				 "opt = %p is not a live optimizer: dos_opt_destroy freed it already, or "
+				 "dos_opt_create did not return it",
+				 (const void *)opt);
+	if (needs_starpu && !starpu_is_initialized())
+		return _dos_fail(-EINVAL, function,
+				 "StarPU is not running: starpu_shutdown was called while optimizer %p was alive "
+				 "(its tasks and data live in StarPU: call dos_opt_destroy before "
+				 "starpu_shutdown)",
+				 (const void *)opt);
+	return 0;
+}
+
 /* The memory node of CUDA device `device`, or -1 when no CUDA worker uses it. */
 static int cuda_node(int device)
 {
@@ -704,8 +730,11 @@ int dos_opt_create(dos_opt_t *out, const struct dos_opt_config *cfg, uint32_t nt
 
 int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
 {
+	int err;
 	if (!opt)
 		return DOS_FAIL(-EINVAL, "opt is NULL");
+	if ((err = check_live(opt, __func__, 1)))
+		return err;
 	/* gradients in buffers were written by the application behind StarPU's back: their
 	 * home copy is now the only valid one (a GPU copy from the last gather is stale) */
 	for (uint32_t t = 0; t < opt->ntensors; t++)
@@ -728,7 +757,7 @@ int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
 	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
 	opt->submitting = a;
 	struct _dos_step_report r;
-	int err = _dos_optimizer_submit_step(opt->inner, &r);
+	err = _dos_optimizer_submit_step(opt->inner, &r);
 	opt->submitting = NULL;
 	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
 	publish_if_done(opt, a);
@@ -747,15 +776,21 @@ int dos_opt_submit_step(dos_opt_t opt, struct dos_opt_step_report *report)
 
 int dos_opt_set_lr(dos_opt_t opt, double lr)
 {
+	int err;
 	if (!opt)
 		return DOS_FAIL(-EINVAL, "opt is NULL");
+	if ((err = check_live(opt, __func__, 0)))
+		return err;
 	return _dos_optimizer_set_lr(opt->inner, lr);
 }
 
 int dos_opt_wait(dos_opt_t opt)
 {
+	int err;
 	if (!opt)
 		return DOS_FAIL(-EINVAL, "opt is NULL");
+	if ((err = check_live(opt, __func__, 1)))
+		return err;
 	wait_idle(opt);
 	/* the refresh may have written them on a GPU */
 	for (uint32_t t = 0; t < opt->ntensors; t++)
@@ -770,8 +805,11 @@ int dos_opt_wait(dos_opt_t opt)
 
 int dos_opt_get_info(dos_opt_t opt, struct dos_opt_info *out)
 {
+	int err;
 	if (!opt || !out)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, out %p)", (void *)opt, (void *)out);
+	if ((err = check_live(opt, __func__, 0)))
+		return err;
 	struct _dos_optimizer_info in;
 	_dos_optimizer_get_info(opt->inner, &in);
 	*out = (struct dos_opt_info){.nparams = in.nparams,
@@ -789,8 +827,11 @@ int dos_opt_get_info(dos_opt_t opt, struct dos_opt_info *out)
 
 int dos_opt_get_placements(dos_opt_t opt, enum dos_device *where, uint32_t count)
 {
+	int err;
 	if (!opt || !where)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, where %p)", (void *)opt, (void *)where);
+	if ((err = check_live(opt, __func__, 0)))
+		return err;
 	if (count != opt->nsubgroups)
 		return DOS_FAIL(-EINVAL, "count = %u but the optimizer has %u subgroups", count, opt->nsubgroups);
 	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
@@ -801,8 +842,11 @@ int dos_opt_get_placements(dos_opt_t opt, enum dos_device *where, uint32_t count
 
 int dos_opt_get_step_times(dos_opt_t opt, struct dos_opt_step_times *out)
 {
+	int err;
 	if (!opt || !out)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, out %p)", (void *)opt, (void *)out);
+	if ((err = check_live(opt, __func__, 0)))
+		return err;
 	STARPU_PTHREAD_MUTEX_LOCK(&opt->lock);
 	*out = opt->last_times;
 	STARPU_PTHREAD_MUTEX_UNLOCK(&opt->lock);
@@ -811,8 +855,11 @@ int dos_opt_get_step_times(dos_opt_t opt, struct dos_opt_step_times *out)
 
 int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_t count)
 {
+	int err;
 	if (!opt)
 		return DOS_FAIL(-EINVAL, "opt is NULL");
+	if ((err = check_live(opt, __func__, 1)))
+		return err;
 	if (!master && !m && !v)
 		return DOS_FAIL(-EINVAL, "master, m and v are all NULL: nothing to read");
 	struct _dos_optimizer_info info;
@@ -827,8 +874,11 @@ int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_
 int dos_opt_write_state(dos_opt_t opt, const float *master, const float *m, const float *v, uint64_t count,
 			uint64_t updates)
 {
+	int err;
 	if (!opt)
 		return DOS_FAIL(-EINVAL, "opt is NULL");
+	if ((err = check_live(opt, __func__, 1)))
+		return err;
 	if (!master && !m && !v)
 		return DOS_FAIL(-EINVAL, "master, m and v are all NULL: nothing to write");
 	struct _dos_optimizer_info info;
@@ -838,7 +888,7 @@ int dos_opt_write_state(dos_opt_t opt, const float *master, const float *m, cons
 				(unsigned long long)count, (unsigned long long)info.nparams);
 	/* the last refreshes still read the state: they must see the old one */
 	wait_idle(opt);
-	int err = _dos_optimizer_write_state(opt->inner, master, m, v, updates);
+	err = _dos_optimizer_write_state(opt->inner, master, m, v, updates);
 	if (!err)
 		opt->steps_submitted = updates;
 	return err;
@@ -876,12 +926,14 @@ static int take_folder(struct dos_opt *opt, const char *dir)
 
 int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, size_t path_size)
 {
+	int err;
 	if (!opt || !dir)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, dir %p)", (void *)opt, (const void *)dir);
+	if ((err = check_live(opt, __func__, 1)))
+		return err;
 	if (keep == 0)
 		return DOS_FAIL(-EINVAL, "keep = 0: keep at least the checkpoint being written");
-	int err = take_folder(opt, dir);
-	if (err)
+	if ((err = take_folder(opt, dir)))
 		return err;
 	/* no data loader here: the position is the steps submitted; the state may have been
 	 * loaded or be older than the updates' flags, so its values are checked */
@@ -892,13 +944,15 @@ int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, 
 
 int dos_opt_load(dos_opt_t opt, const char *path)
 {
+	int err;
 	if (!opt || !path)
 		return DOS_FAIL(-EINVAL, "NULL argument (opt %p, path %p)", (void *)opt, (const void *)path);
+	if ((err = check_live(opt, __func__, 1)))
+		return err;
 	/* the last refreshes still read the state: they must see the old one */
 	wait_idle(opt);
 	struct _dos_run_position at;
-	int err = _dos_optimizer_load(opt->inner, path, &at);
-	if (err)
+	if ((err = _dos_optimizer_load(opt->inner, path, &at)))
 		return err;
 	opt->steps_submitted = at.steps_done;
 	/* the optimizer continues the run that saved it: the folder is claimed again for that
@@ -925,8 +979,8 @@ int dos_opt_latest_checkpoint(const char *dir, char *path, size_t path_size)
 
 void dos_opt_destroy(dos_opt_t opt)
 {
-	if (!opt)
-		return;
+	if (!opt || check_live(opt, __func__, 1))
+		return; /* freeing a stale optimizer, or one StarPU no longer knows, would crash */
 	/* the records' callbacks use opt: all must have run */
 	wait_idle(opt);
 	teardown(opt, 1, 1);

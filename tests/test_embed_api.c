@@ -16,7 +16,9 @@
  *  8. one owner each: a tensor (handle or memory) belongs to one live optimizer, and a
  *     checkpoint folder to one run and one optimizer at a time (its lock, the run's
  *     identity in every checkpoint, stale temporary files removed, the newest checkpoint
- *     that verifies found past damaged ones). */
+ *     that verifies found past damaged ones);
+ *  9. an optimizer already destroyed, or whose StarPU the application shut down, is
+ *     refused by every call, destroy included, rather than crashing. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -697,6 +699,41 @@ static void one_owner_each(void)
 	       "by one optimizer, of one run, stale temporaries removed, damaged checkpoints passed over\n");
 }
 
+/* ---- 9. an optimizer handed back after its end -------------------------------------------- */
+
+/* Destroyed, or left behind by the application's starpu_shutdown: refused, not crashed
+ * into (StarPU runs at the call; it is stopped before it returns). */
+static void after_the_end(void)
+{
+	struct dos_opt_config cfg = base_config();
+	struct app a;
+	app_init(&a, DOS_FP32, DOS_BF16, 1);
+	dos_opt_t opt;
+	struct dos_opt_info info;
+	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
+	dos_opt_destroy(opt);
+	expect(dos_opt_submit_step(opt, NULL), -EINVAL, "is not a live optimizer: dos_opt_destroy freed it");
+	expect(dos_opt_get_info(opt, &info), -EINVAL, "is not a live optimizer");
+	expect(dos_opt_save(opt, "/nonexistent", 1, NULL, 0), -EINVAL, "is not a live optimizer");
+	dos_opt_destroy(opt); /* twice: refused */
+	CHECK(strstr(dos_last_error(), "dos_opt_destroy: opt = ") != NULL, "a second destroy: '%s'", dos_last_error());
+
+	/* the application stops StarPU first: the optimizer is left alone (it stays reachable
+	 * from the list of live ones, so no leak is reported) */
+	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());
+	app_backward(&a, 0, DOS_BF16, NULL);
+	CHECK(dos_opt_submit_step(opt, NULL) == 0 && dos_opt_wait(opt) == 0, "%s", dos_last_error());
+	starpu_shutdown();
+	expect(dos_opt_submit_step(opt, NULL), -EINVAL, "StarPU is not running: starpu_shutdown was called");
+	expect(dos_opt_save(opt, "/nonexistent", 1, NULL, 0), -EINVAL, "StarPU is not running");
+	CHECK(dos_opt_get_info(opt, &info) == 0 && info.steps_submitted == 1, "info after starpu_shutdown");
+	dos_opt_destroy(opt);
+	CHECK(strstr(dos_last_error(), "dos_opt_destroy: StarPU is not running") != NULL,
+	      "destroy after shutdown: '%s'", dos_last_error());
+	app_free(&a);
+	printf("after the end: a destroyed optimizer, and one whose StarPU was shut down, refused\n");
+}
+
 int main(void)
 {
 	CHECK(dos_version_number() == DOS_VERSION_NUMBER && !strcmp(dos_version_string(), DOS_VERSION_STRING) &&
@@ -714,7 +751,7 @@ int main(void)
 	sixteen_bit_and_buffers();
 	clipping_and_loss_scaling();
 	lr_schedules();
-	starpu_shutdown();
+	after_the_end(); /* stops StarPU */
 	printf("bad arguments: %d refusals, each naming the argument and its value, none with a side effect\n",
 	       refusals);
 	return 0;
