@@ -12,7 +12,8 @@
 #  3. sharded checkpoints: a 2-rank job saves shards + manifest; resuming on 1, 2 and 4
 #     ranks ends bit-identical to the uninterrupted run; SIGKILL of the job while it saves
 #     every step leaves a latest checkpoint that resumes exactly; the shards of a save
-#     killed before its manifest are no checkpoint, and a fresh run says to remove them.
+#     killed before its manifest are no checkpoint, and a fresh run says to remove them;
+#  4. ranks given other options or data stop before the run, rank 0 naming what differs.
 # And the scatter exchange (--dp-exchange scatter): the same bits under several policies,
 # close to one process in fp32 (1b above).
 # DOS_QUICK_CHECK=1 (sanitizer and distcheck builds): 2 ranks only in part 1, one SIGKILL.
@@ -237,3 +238,45 @@ rm "$ck"/checkpoint-2.shard-*.dos
 $train --preset tiny --steps 2 --quiet --checkpoint-dir "$ck" >"$work/log" 2>&1 ||
 	fail "a fresh run in the folder emptied of the shards failed: $(cat "$work/log")"
 echo "shards of an unfinished save alone: --resume finds no checkpoint, a fresh run says to remove them"
+
+# Ranks given other options hung (--accumulate, --steps: a rank waits for messages the
+# other never sends), aborted in StarPU-MPI (--layers, --precision) or trained on without
+# a word (--lr, --data): the job now stops before it runs, exit 2, rank 0 naming each
+# setting that differs. Rank 1 gets the extra options of $RANK1_OPTIONS.
+cat >"$work/rank1.sh" <<WRAPPER
+#!/bin/sh
+[ "\${OMPI_COMM_WORLD_RANK:-\${PMI_RANK:-0}}" = 1 ] && exec "$(pwd)/dos-train" "\$@" \$RANK1_OPTIONS
+exec "$(pwd)/dos-train" "\$@"
+WRAPPER
+chmod +x "$work/rank1.sh"
+corpus=$(dirname "$0")/../data/corpus.txt
+tac "$corpus" >"$work/reversed.txt" || fail "cannot read $corpus"
+with_rank1() { # rank 1's extra options, dos-train arguments...
+	RANK1_OPTIONS=$1
+	export RANK1_OPTIONS
+	shift
+	all=$train
+	train=$work/rank1.sh
+	ranks 2 "$@"
+	status=$?
+	train=$all
+	return $status
+}
+differing() { # rank 1's extra options, what rank 0 must say
+	with_rank1 "$1" --preset tiny --steps 4 --quiet --data "$corpus" >"$work/log" 2>&1
+	status=$?
+	[ $status = 2 ] || fail "ranks with '$1' apart: exit $status, expected 2: $(cat "$work/log")"
+	grep -qF -- "$2" "$work/log" || fail "ranks with '$1' apart: no '$2' in: $(cat "$work/log")"
+	grep -qF "every rank of a data-parallel job needs the same options" "$work/log" ||
+		fail "ranks with '$1' apart: $(cat "$work/log")"
+}
+differing "--accumulate 2" "--accumulate differs between the ranks of this job: rank 0 has 1, another 2"
+differing "--lr 0.01" "--lr differs between the ranks of this job: rank 0 has 0.003, another 0.01"
+differing "--layers 3" "--layers differs between the ranks of this job: rank 0 has 2, another 3"
+differing "--precision bf16" "--precision differs between the ranks of this job: rank 0 has fp32"
+differing "--data $work/reversed.txt" "--data (its content) differs between the ranks of this job"
+# the same corpus under another path is the same data; --policy does not change the result
+cp "$corpus" "$work/copy.txt"
+with_rank1 "--data $work/copy.txt --policy all-cpu" --preset tiny --steps 4 --quiet --data "$corpus" \
+	>"$work/log" 2>&1 || fail "ranks with the same corpus in two paths: $(cat "$work/log")"
+echo "ranks given other options or data: refused before the run, naming what differs"

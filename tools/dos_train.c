@@ -859,6 +859,114 @@ static int start_starpu(struct train_options *o, int *argc, char ***argv, struct
 	return 0;
 }
 
+/* ---- one job: every rank with the same settings ------------------------------------------ */
+
+/* The size of the file at `path` and a hash of its bytes (FNV-1a), both 0 when it cannot
+ * be read (the corpus loader then says why). */
+static void file_fingerprint(const char *path, double *bytes, uint64_t *hash)
+{
+	*bytes = 0;
+	*hash = 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return;
+	uint64_t h = 0xcbf29ce484222325ull, n = 0;
+	unsigned char buf[65536];
+	for (size_t got; (got = fread(buf, 1, sizeof buf, f)) > 0; n += got)
+		for (size_t i = 0; i < got; i++)
+			h = (h ^ buf[i]) * 0x100000001b3ull;
+	fclose(f);
+	*bytes = (double)n;
+	*hash = h;
+}
+
+/* The ranks of a data-parallel job must train one model on one corpus with one schedule.
+ * Given other options, they hung (another --steps or --accumulate: a rank waits for
+ * messages the other never sends), aborted in StarPU-MPI (another shape, precision or
+ * subgroup size: messages of other sizes) or trained on without a word (another --lr,
+ * --seed or --data). So each setting's smallest and largest value over the ranks are
+ * compared before the run (values exact below 2^53, as doubles carry them); the corpus by
+ * its size and content, not its path, which may differ between nodes. Settings that do
+ * not change the result (--policy, where the state is made) may differ. Rank 0 names
+ * every setting that differs; every rank returns 2 then. */
+static int check_same_job(const struct train_options *o)
+{
+	const struct dos_train_config *cfg = &o->cfg;
+	if (_dos_dp_size(&cfg->dp) < 2)
+		return 0;
+	double data_bytes;
+	uint64_t data_hash;
+	file_fingerprint(cfg->data_path, &data_bytes, &data_hash);
+	const struct dos_adam_hparams *hp = &cfg->opt.hp;
+	const struct {
+		const char *option;
+		double value;
+		const char *text; /* rank 0's value, told instead of the numbers */
+	} settings[] = {
+		{"--vocab", cfg->shape.vocab, NULL},
+		{"--hidden", cfg->shape.hidden, NULL},
+		{"--heads", cfg->shape.heads, NULL},
+		{"--ffn", cfg->shape.ffn, NULL},
+		{"--layers", cfg->shape.layers, NULL},
+		{"--seq-len", cfg->shape.seq_len, NULL},
+		{"--precision", cfg->opt.weight_dtype, o->precision},
+		{"--subgroup-size", (double)cfg->opt.subgroup_size, NULL},
+		{"--subgroup-layout", cfg->opt.subgroups_follow_tensors,
+		 cfg->opt.subgroups_follow_tensors ? "tensors" : "flat"},
+		{"--steps", (double)cfg->steps, NULL},
+		{"--micro-batch", cfg->micro_batch, NULL},
+		{"--accumulate", cfg->accumulation, NULL},
+		{"--seed", (double)cfg->seed, NULL},
+		{"--data (its size in bytes)", data_bytes, NULL},
+		{"--data (its content)", (double)(data_hash >> 11), "the file given"},
+		{"--lr", hp->lr, NULL},
+		{"--beta1", hp->beta1, NULL},
+		{"--beta2", hp->beta2, NULL},
+		{"--eps", hp->eps, NULL},
+		{"--weight-decay", hp->weight_decay, NULL},
+		{"--warmup", (double)cfg->opt.lr_schedule.warmup_steps, NULL},
+		{"--decay-steps", (double)cfg->opt.lr_schedule.decay_steps, NULL},
+		{"--min-lr-ratio", cfg->opt.lr_schedule.min_ratio, NULL},
+		{"--clip", cfg->opt.clip_norm, NULL},
+		{"--loss-scale", cfg->opt.dynamic_loss_scale ? cfg->opt.loss_scale_init : 0, NULL},
+		{"--eval-every", (double)cfg->eval_every, NULL},
+		{"--eval-fraction", cfg->eval_fraction, NULL},
+		{"--eval-batches", cfg->eval_batches, NULL},
+		{"--dp-exchange", cfg->dp.exchange, cfg->dp.exchange == DOS_DP_SCATTER ? "scatter" : "chain"},
+		{"--checkpoint-every", cfg->checkpoint_dir ? (double)cfg->checkpoint_every : 0, NULL},
+		{"--resume", cfg->resume, cfg->resume ? "--resume" : "no --resume"},
+	};
+	int differ = 0;
+	for (size_t i = 0; i < sizeof settings / sizeof *settings; i++) {
+		double x = settings[i].value, lo = -_dos_dp_max(-x), hi = _dos_dp_max(x);
+		if (lo == hi)
+			continue;
+		differ = 1;
+		if (cfg->dp.rank != 0)
+			continue;
+		if (settings[i].text) {
+			fprintf(stderr, "dos-train: %s differs between the ranks of this job: rank 0 has %s\n",
+				settings[i].option, settings[i].text);
+			continue;
+		}
+		/* the shortest digits that tell the two apart */
+		char mine[40], other[40];
+		for (int digits = 6; digits <= 17; digits++) {
+			snprintf(mine, sizeof mine, "%.*g", digits, x);
+			snprintf(other, sizeof other, "%.*g", digits, x == lo ? hi : lo);
+			if (strcmp(mine, other) != 0)
+				break;
+		}
+		fprintf(stderr, "dos-train: %s differs between the ranks of this job: rank 0 has %s, another %s\n",
+			settings[i].option, mine, other);
+	}
+	if (differ && cfg->dp.rank == 0)
+		fprintf(stderr,
+			"dos-train: every rank of a data-parallel job needs the same options and the same data: "
+			"nothing was run\n");
+	return differ ? 2 : 0;
+}
+
 /* ---- the run ----------------------------------------------------------------------------- */
 
 static void checkpoint_skipped(void *arg, const char *path, const char *why)
@@ -1064,6 +1172,10 @@ static int train_main(int argc, char **argv)
 	if ((status = start_starpu(&opts, &argc, &argv, &binding, &running)))
 		return status;
 	dos_train_resolve_layout(&opts); /* the ranks are known now */
+	if ((status = check_same_job(&opts))) {
+		shutdown_runtime(&cfg->dp);
+		return status;
+	}
 
 	int reporter = cfg->dp.rank == 0, quiet = opts.quiet;
 	const char *plot = reporter ? opts.plot : NULL; /* one voice: rank 0 reports the job */
