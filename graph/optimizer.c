@@ -759,6 +759,11 @@ int _dos_optimizer_write_state(struct _dos_optimizer *opt, const float *master, 
 {
 	const float *from[] = {master, m, v};
 	static const char *const names[] = {"master", "m", "v"};
+	/* the next update is t = updates + 1: at 2^64 - 1 it would wrap to 0, which the step
+	 * scalars refuse at every later step ("step = 0") */
+	if (updates == UINT64_MAX)
+		return DOS_FAIL(-EINVAL, "updates = %llu: the next update's number t = updates + 1 would overflow",
+				(unsigned long long)updates);
 	for (int a = 0; a < 3; a++)
 		for (uint64_t i = 0; from[a] && i < opt->state_len; i++)
 			if (!isfinite(from[a][i]) || (a == 2 && from[a][i] < 0))

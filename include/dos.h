@@ -562,7 +562,7 @@ int dos_opt_read_state(dos_opt_t opt, float *master, float *m, float *v, uint64_
  *     its parameter tiles are the master weights.
  * Errors: -EINVAL for a NULL opt, all three arrays NULL, count other than the parameter
  * count, a value that is not finite or a negative v (the message names the array and the
- * index); nothing changes then. */
+ * index), updates = 2^64 - 1 (the next update's number overflows); nothing changes then. */
 int dos_opt_write_state(dos_opt_t opt, const float *master, const float *m, const float *v, uint64_t count,
 			uint64_t updates);
 

@@ -296,6 +296,20 @@ static void refusals_with_starpu(void)
 	app_backward(&a, 0, DOS_BF16, NULL);
 	CHECK(dos_opt_submit_step(opt, NULL) == 0, "%s", dos_last_error());
 	CHECK(dos_opt_read_state(opt, before.master, before.m, before.v, N) == 0, "%s", dos_last_error());
+	/* refused state writes: the state stays that of step 1 (compared after the save below) */
+	static struct state odd;
+	memcpy(&odd, &before, sizeof odd);
+	expect(dos_opt_write_state(NULL, odd.master, NULL, NULL, N, 1), -EINVAL, "opt is NULL");
+	expect(dos_opt_write_state(opt, NULL, NULL, NULL, N, 1), -EINVAL, "master, m and v are all NULL");
+	expect(dos_opt_write_state(opt, odd.master, NULL, NULL, N + 1, 1), -EINVAL,
+	       "count = 1314 but the optimizer has 1313");
+	expect(dos_opt_write_state(opt, odd.master, odd.m, odd.v, N, UINT64_MAX), -EINVAL,
+	       "updates = 18446744073709551615: the next update's number t = updates + 1 would overflow");
+	odd.v[5] = -1;
+	expect(dos_opt_write_state(opt, NULL, NULL, odd.v, N, 1), -EINVAL,
+	       "v[5] = -1: the state must be finite, and v >= 0");
+	odd.m[7] = NAN;
+	expect(dos_opt_write_state(opt, NULL, odd.m, NULL, N, 1), -EINVAL, "m[7] = nan");
 
 	/* checkpoints */
 	char dir[] = "/tmp/dos-embed-XXXXXX", path[4200], small[8];
