@@ -18,7 +18,8 @@
 #     was reported nowhere), the policies' settings out of range (each policy warned and
 #     ran with its default), a STARPU_HOME or STARPU_PERF_MODEL_DIR where StarPU cannot
 #     keep its models (it aborted), all refused before StarPU starts; and the library's warnings
-#     reach the user of dos-train (a folder that cannot be locked).
+#     reach the user of dos-train (a folder that cannot be locked);
+#  7. standard output that cannot be written (a full disk) fails the run.
 set -u
 train=./dos-train
 # shellcheck source=tests/test_lib.sh
@@ -221,3 +222,15 @@ if ${CC:-cc} -shared -fPIC -o "$work/noflock.so" "$work/noflock.c" 2>/dev/null; 
 	fi
 fi
 echo "environment: worker counts, the watchdog, DOS_CPU_ISA, the policies' settings and StarPU's model folder refused before StarPU starts; warnings printed"
+
+# ---- 7. a report that cannot be written ------------------------------------------------
+# Standard output on a full disk: the run's report was lost and dos-train exited 0, so a
+# batch script could not tell; now exit 1 and a line on stderr.
+if [ -w /dev/full ]; then
+	$train --preset tiny --steps 2 >/dev/full 2>"$work/log"
+	status=$?
+	[ $status = 1 ] || fail "stdout on /dev/full: exit $status, expected 1: $(cat "$work/log")"
+	grep -q "cannot write the report on standard output: No space left on device" "$work/log" ||
+		fail "stdout on /dev/full: $(cat "$work/log")"
+	echo "a report that cannot be written: exit 1, said on stderr"
+fi

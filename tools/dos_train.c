@@ -1245,5 +1245,14 @@ static int train_main(int argc, char **argv)
 	shutdown_runtime(&cfg->dp);
 	if (opts.trace && !err)
 		printf("dos-train: FxT trace in %s/ (starpu_fxt_tool -i %s/prof_file_*)\n", opts.trace, opts.trace);
+	/* a report that did not reach its file (stdout redirected to a full disk) is a failed
+	 * run for a batch script, which would otherwise find an empty log and status 0 */
+	int flushed = fflush(stdout), why = errno;
+	if (flushed != 0 || ferror(stdout)) {
+		fprintf(stderr, "dos-train: cannot write the report on standard output: %s\n",
+			flushed ? strerror(why) : "a write failed");
+		if (!status)
+			status = 1;
+	}
 	return status;
 }
