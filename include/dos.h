@@ -434,8 +434,10 @@ struct dos_opt_config {
 
 /* The largest dynamic loss scale, 2^127: the largest power of two a float holds, so that
  * a loss gradient scaled in float stays finite (unbounded, the doubling of a run whose
- * gradients never overflow, in bf16, made it infinite after 112 windows). */
-#define DOS_LOSS_SCALE_MAX 0x1p127
+ * gradients never overflow, in bf16, made it infinite after 112 windows). Written in
+ * decimal (the shortest that reads back as 2^127 exactly): C++ before C++17 has no
+ * hexadecimal floating constants. */
+#define DOS_LOSS_SCALE_MAX 1.7014118346046923e+38
 
 /* Fills `cfg` with the defaults: Adam (torch.optim.Adam: lr 1e-3, betas 0.9 and 0.999,
  * eps 1e-8, no weight decay), subgroups of 2^24 parameters, fp32 everywhere, no clipping,

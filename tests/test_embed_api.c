@@ -496,6 +496,7 @@ static void clipping_and_loss_scaling(void)
 	dos_opt_destroy(opt);
 	/* at the largest scale a float holds, a window without overflow keeps it there: doubled,
 	 * the next step's gradient scale would be infinite */
+	CHECK(DOS_LOSS_SCALE_MAX == ldexp(1, 127), "DOS_LOSS_SCALE_MAX = %.17g is not 2^127", DOS_LOSS_SCALE_MAX);
 	cfg.loss_scale_init = DOS_LOSS_SCALE_MAX;
 	cfg.loss_scale_window = 1;
 	CHECK(dos_opt_create(&opt, &cfg, T, a.tensors) == 0, "%s", dos_last_error());

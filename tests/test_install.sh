@@ -46,6 +46,19 @@ expected=$(echo "$run" | sed 's/.*# //')
 grep -qxF "$expected" "$work/fit/out" || fail "fit printed '$(cat "$work/fit/out")', the README says '$expected'"
 echo "the README's fit.c builds from the installed starpu-dos.pc alone and prints '$expected'"
 
+# the installed header in a C++ program of before C++17 (its loss-scale cap was a
+# hexadecimal floating constant, an error there), when a C++ compiler is at hand
+if command -v "${CXX:-c++}" >/dev/null 2>&1; then
+	printf '#include <dos.h>\nint main() { return DOS_LOSS_SCALE_MAX > 1e38 ? 0 : 1; }\n' >"$work/fit/cxx11.cpp"
+	(
+		export PKG_CONFIG_PATH="$prefix/lib/pkgconfig:$STARPU_PKGCONFIGDIR"
+		# shellcheck disable=SC2046
+		"${CXX:-c++}" -std=c++11 -pedantic-errors -fsyntax-only "$work/fit/cxx11.cpp" \
+			$(pkg-config --cflags starpu-dos) >"$work/fit/cxx.log" 2>&1
+	) || fail "dos.h in C++11: $(cat "$work/fit/cxx.log")"
+	echo "the installed dos.h compiles as C++11 with -pedantic-errors"
+fi
+
 # ---- 3. the installed dos-train reads its installed corpus -------------------------------
 corpus=$prefix/share/starpu-dos/corpus.txt
 mkdir -p "$work/empty" "$work/decoy/here/data" "$work/decoy/data"
