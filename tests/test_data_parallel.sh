@@ -13,7 +13,8 @@
 #     ranks ends bit-identical to the uninterrupted run; SIGKILL of the job while it saves
 #     every step leaves a latest checkpoint that resumes exactly; the shards of a save
 #     killed before its manifest are no checkpoint, and a fresh run says to remove them;
-#  4. ranks given other options or data stop before the run, rank 0 naming what differs.
+#  4. ranks given other options or data stop before the run, rank 0 naming what differs;
+#     a rank stopped (SIGSTOP) ends the job on the watchdog, which names that cause.
 # And the scatter exchange (--dp-exchange scatter): the same bits under several policies,
 # close to one process in fp32 (1b above).
 # DOS_QUICK_CHECK=1 (sanitizer and distcheck builds): 2 ranks only in part 1, one SIGKILL.
@@ -280,3 +281,29 @@ cp "$corpus" "$work/copy.txt"
 with_rank1 "--data $work/copy.txt --policy all-cpu" --preset tiny --steps 4 --quiet --data "$corpus" \
 	>"$work/log" 2>&1 || fail "ranks with the same corpus in two paths: $(cat "$work/log")"
 echo "ranks given other options or data: refused before the run, naming what differs"
+
+# A rank that stops answering (SIGSTOP, as a hung node): the others' watchdog stops the
+# job, and names the likely cause (it blamed a GPU too small only, on a machine with none)
+export STARPU_WATCHDOG_TIMEOUT=5000000
+ranks 2 --preset tiny --steps 1000000 --quiet >"$work/log" 2>&1 &
+job=$!
+for _ in $(seq 1 600); do
+	grep -q "model computes" "$work/log" && break
+	sleep 0.1
+done
+sleep 1
+victim=
+for pid in $(pgrep -f -- "--steps 1000000"); do
+	case $(ps -o comm= -p "$pid") in *dos-train) victim=$pid ;; esac
+done
+[ -n "$victim" ] || fail "no rank to stop: $(cat "$work/log")"
+kill -STOP "$victim"
+wait $job
+status=$?
+kill -CONT "$victim" 2>/dev/null
+kill -9 "$victim" 2>/dev/null
+unset STARPU_WATCHDOG_TIMEOUT
+[ $status != 0 ] && [ $status != 124 ] || fail "a job with a stopped rank: exit $status: $(cat "$work/log")"
+grep -q "or another rank of this job of 2 that stopped sending" "$work/log" ||
+	fail "a job with a stopped rank: the watchdog did not name the other rank: $(cat "$work/log")"
+echo "a rank stopped: the job ends on the watchdog, which names the other rank as the likely cause"

@@ -784,15 +784,22 @@ static int check_environment(void)
 
 static void stop_hung_run(void *arg)
 {
-	(void)arg;
+	const struct dos_data_parallel *dp = arg;
 	const char *limit = getenv("STARPU_LIMIT_CUDA_MEM"), *timeout = getenv("STARPU_WATCHDOG_TIMEOUT");
+	/* in a job, the usual cause is another rank: its tasks wait for that rank's messages */
+	char rank[160] = "";
+	if (_dos_dp_size(dp) > 1)
+		snprintf(rank, sizeof rank,
+			 ", or another rank of this job of %d that stopped sending (hung, stopped, or much slower); "
+			 "this is rank %d",
+			 _dos_dp_size(dp), dp->rank);
 	fflush(stdout);
 	fprintf(stderr,
 		"dos-train: no task ended for %g s with %d tasks submitted (STARPU_WATCHDOG_TIMEOUT = %s us): StarPU "
 		"seems stuck, e.g. on a GPU too small for what its queued tasks need at once (STARPU_LIMIT_CUDA_MEM "
-		"= %s); stopping the run\n",
+		"= %s)%s; stopping the run\n",
 		timeout ? atof(timeout) / 1e6 : 0.0, starpu_task_nsubmitted(), timeout ? timeout : "?",
-		limit ? limit : "unset, the whole GPU");
+		limit ? limit : "unset, the whole GPU", rank);
 	_exit(1);
 }
 
@@ -822,7 +829,7 @@ static int start_starpu(struct train_options *o, int *argc, char ***argv, struct
 	const char *watchdog = getenv("STARPU_WATCHDOG_TIMEOUT");
 	if (watchdog && atoll(watchdog) == 0) /* 0 turns it off (StarPU would check without pause) */
 		unsetenv("STARPU_WATCHDOG_TIMEOUT");
-	starpu_task_watchdog_set_hook(stop_hung_run, NULL);
+	starpu_task_watchdog_set_hook(stop_hung_run, &o->cfg.dp);
 	struct starpu_conf conf;
 	starpu_conf_init(&conf);
 	if (ours)
