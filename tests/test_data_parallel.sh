@@ -285,15 +285,13 @@ echo "ranks given other options or data: refused before the run, naming what dif
 # A rank that stops answering (SIGSTOP, as a hung node): the others' watchdog stops the
 # job, and names the likely cause (it blamed a GPU too small only, on a machine with none)
 export STARPU_WATCHDOG_TIMEOUT=5000000
-ranks 2 --preset tiny --steps 1000000 --quiet >"$work/log" 2>&1 &
+# (a step count of its own: pgrep must not find another test's run, test_host_memory.sh's)
+ranks 2 --preset tiny --steps 999983 --quiet >"$work/log" 2>&1 &
 job=$!
-for _ in $(seq 1 600); do
-	grep -q "model computes" "$work/log" && break
-	sleep 0.1
-done
+wait_for_line "model computes" "$work/log" 600
 sleep 1
 victim=
-for pid in $(pgrep -f -- "--steps 1000000"); do
+for pid in $(pgrep -f -- "--steps 999983"); do
 	case $(ps -o comm= -p "$pid") in *dos-train) victim=$pid ;; esac
 done
 [ -n "$victim" ] || fail "no rank to stop: $(cat "$work/log")"

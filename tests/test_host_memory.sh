@@ -27,10 +27,7 @@ fi
 # it trains (the libtool wrapper execs the program, which keeps the pid).
 $train --preset tiny --steps 1000000 --quiet >"$work/tiny.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 100); do
-	grep -q 'steps of' "$work/tiny.log" && break
-	sleep 0.1
-done
+wait_for_line 'steps of' "$work/tiny.log" 100
 sleep 0.5
 base_kb=$(awk '/^VmPeak:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
 kill "$pid" 2>/dev/null

@@ -6,6 +6,8 @@
 # where tools/make-device-bundle.sh copies it next to test_train.sh). Not a test itself.
 #
 # $work: a scratch folder, removed on exit. fail MESSAGE: "FAIL: MESSAGE" on stderr, exit 1.
+# wait_for_line PATTERN FILE TENTHS: waits until FILE has a line matching PATTERN (grep),
+# at most TENTHS tenths of a second; returns 1 if it never came (a run in the background).
 # STARPU_SILENT=1: StarPU's banners stay out of the logs the tests read (make check sets
 # it too, but the tests also run on their own).
 work=$(mktemp -d)
@@ -15,3 +17,10 @@ fail() {
 	exit 1
 }
 export STARPU_SILENT=1
+wait_for_line() {
+	for _ in $(seq 1 "$3"); do
+		grep -q -- "$1" "$2" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
