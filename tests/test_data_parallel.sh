@@ -276,6 +276,7 @@ differing "--lr 0.01" "--lr differs between the ranks of this job: rank 0 has 0.
 differing "--layers 3" "--layers differs between the ranks of this job: rank 0 has 2, another 3"
 differing "--precision bf16" "--precision differs between the ranks of this job: rank 0 has fp32"
 differing "--data $work/reversed.txt" "--data (its content) differs between the ranks of this job"
+differing "--subgroup-layout tensors" "--subgroup-layout differs between the ranks of this job: rank 0 has flat"
 # the same corpus under another path is the same data; --policy does not change the result
 cp "$corpus" "$work/copy.txt"
 with_rank1 "--data $work/copy.txt --policy all-cpu" --preset tiny --steps 4 --quiet --data "$corpus" \
