@@ -217,7 +217,7 @@ check "h100-pcie5-x4: dos-train runs on 4 CUDA workers" $?
 # subgroups that follow the tensors (dos-train's default in one process) no task reads
 # across a boundary: 0.059 s against 0.082, so 4 GPUs are held to no slower than one.
 # Both from host memory (--state-on-host): state made by tasks keeps all of it resident
-# on one GPU from the start (0.043 s), which is not what this compares.
+# on one GPU from the start (0.037 s), which is not what this compares.
 for machine in h100-pcie5 h100-pcie5-x4; do
 	timeout 120 "${bench%/dos-bench}/dos-train" --simulate $machine --preset 1b --precision bf16 --steps 6 \
 		--state-on-host --quiet >"$home/steady-$machine.txt" 2>&1
