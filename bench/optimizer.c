@@ -630,7 +630,7 @@ static void print_model_state(const struct options *o, struct state *s)
 
 /* ---- One policy ----------------------------------------------------------------------- */
 
-enum row_status { ROW_RAN, ROW_NOT_FOUND, ROW_FAILED };
+enum row_status { ROW_RAN, ROW_FAILED };
 
 struct row {
 	const char *policy;
@@ -776,15 +776,6 @@ static void run_policy_in_child(const struct options *o, const char *policy, str
 			  .d2h_per_step = NAN,
 			  .peak_gpu_mib = NAN,
 			  .flush_s = NAN};
-	if (!policy_exists(policy)) {
-		fprintf(stderr,
-			"dos-bench optimizer: scheduling policy '%s' not found (not a StarPU built-in, and "
-			"STARPU_SCHED_LIB=%s does not provide it); its row is left empty\n",
-			policy, getenv("STARPU_SCHED_LIB") ? getenv("STARPU_SCHED_LIB") : "(unset)");
-		r->status = ROW_NOT_FOUND;
-		snprintf(r->note, sizeof r->note, "policy not found");
-		return;
-	}
 	int fds[2];
 	if (pipe(fds) != 0)
 		die("pipe: %s", strerror(errno));
@@ -912,6 +903,13 @@ int bench_optimizer(int argc, char **argv)
 	}
 	char sched_lib_note[1024];
 	set_sched_lib(sched_lib_note, sizeof sched_lib_note);
+	/* a misspelt policy is bad usage, found before any row runs: it used to leave an empty
+	 * row in the table and the run ended with status 0, which a script took for success */
+	for (int i = 0; i < o.npolicies; i++)
+		if (!policy_exists(o.policies[i]))
+			return bad_usage("--policies: '%s' is not a scheduling policy (not a StarPU built-in, and "
+					 "STARPU_SCHED_LIB=%s does not provide it)",
+					 o.policies[i], getenv("STARPU_SCHED_LIB") ? getenv("STARPU_SCHED_LIB") : "(unset)");
 
 	int major, minor, release;
 	starpu_get_version(&major, &minor, &release);

@@ -28,5 +28,7 @@ expect_refusal "--cpu-size abc" gemm --cpu-size abc
 expect_refusal "--gpu-size -5" gemm --gpu-size -5
 expect_refusal "--cpu-size (missing)" gemm --cpu-size
 expect_refusal "unknown option '--fast'" gemm --fast
+# a misspelt policy, before any row runs (it left an empty row and exit status 0)
+expect_refusal "--policies: 'dmad' is not a scheduling policy" optimizer --params 1e4 --subgroup 1e3 --policies dos,dmad
 expect_refusal "unknown subcommand 'nosuch'" nosuch
 echo "dos-bench: 6 bad command lines refused"
