@@ -909,7 +909,8 @@ int bench_optimizer(int argc, char **argv)
 		if (!policy_exists(o.policies[i]))
 			return bad_usage("--policies: '%s' is not a scheduling policy (not a StarPU built-in, and "
 					 "STARPU_SCHED_LIB=%s does not provide it)",
-					 o.policies[i], getenv("STARPU_SCHED_LIB") ? getenv("STARPU_SCHED_LIB") : "(unset)");
+					 o.policies[i],
+					 getenv("STARPU_SCHED_LIB") ? getenv("STARPU_SCHED_LIB") : "(unset)");
 
 	int major, minor, release;
 	starpu_get_version(&major, &minor, &release);
