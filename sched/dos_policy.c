@@ -1485,20 +1485,23 @@ static void report_plan(struct policy *p, uint64_t step, const struct dos_plan_s
 	p->stats.last_bound_seconds = _dos_bound_seconds(m, sg, n, NULL);
 	p->stats.calibrated = calibrated;
 	p->stats.gpu_budget_bytes = m->gpu_budget_bytes;
-	/* the smallest subgroup: subgroups that follow the tensors range from a norm's few
-	 * thousand parameters to a whole layer's matrix */
-	double smallest = sg[0].params;
-	for (int i = 1; i < n; i++)
-		smallest = fmin(smallest, sg[i].params);
-	double per = smallest * dos_staging_bytes_per_param(m);
-	if (p->ngpus > 0 && m->gpu_budget_bytes < per && !p->said_no_gpu_room) {
-		/* less GPU memory than even the smallest subgroup needs: every update runs on
-		 * the CPU, which is correct but slow; the user should know, once */
-		p->said_no_gpu_room = 1;
-		fprintf(stderr,
-			"starpu-dos: %s: no GPU memory left for optimizer state (budget %.3g GB after what the "
-			"application keeps there, the smallest subgroup needs %.3g GB): updates run on the CPU\n",
-			rule_name(p->rule), m->gpu_budget_bytes * 1e-9, per * 1e-9);
+	if (p->ngpus > 0 && !p->said_no_gpu_room) {
+		/* the smallest subgroup: subgroups that follow the tensors range from a norm's
+		 * few thousand parameters to a whole layer's matrix (looked for until said) */
+		double smallest = sg[0].params;
+		for (int i = 1; i < n; i++)
+			smallest = fmin(smallest, sg[i].params);
+		double per = smallest * dos_staging_bytes_per_param(m);
+		if (m->gpu_budget_bytes < per) {
+			/* less GPU memory than even the smallest subgroup needs: every update runs
+			 * on the CPU, which is correct but slow; the user should know, once */
+			p->said_no_gpu_room = 1;
+			fprintf(stderr,
+				"starpu-dos: %s: no GPU memory left for optimizer state (budget %.3g GB after what "
+				"the application keeps there, the smallest subgroup needs %.3g GB): updates run "
+				"on the CPU\n",
+				rule_name(p->rule), m->gpu_budget_bytes * 1e-9, per * 1e-9);
+		}
 	}
 	if (p->verbose < 2)
 		return;
