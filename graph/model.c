@@ -50,27 +50,39 @@ int _dos_model_shape_check(const struct dos_model_shape *s)
 	return 0;
 }
 
-uint64_t _dos_model_param_count(const struct dos_model_shape *s, uint64_t *numel)
+/* Elements of tensor t, in flat order (_dos_model_tensor_count). */
+static uint64_t tensor_numel(const struct dos_model_shape *s, uint32_t t)
 {
 	uint64_t d = s->hidden, F = s->ffn, V = s->vocab, T = s->seq_len;
-	uint64_t layer[DOS_T_PER_LAYER] = {[DOS_T_LN1] = d, [DOS_T_QKV] = 3 * d * d, [DOS_T_O] = d * d,
-					   [DOS_T_LN2] = d, [DOS_T_FC1] = F * d,     [DOS_T_FC2] = d * F};
-	uint64_t total = 0, t = 0;
-#define ADD(n)                          \
-	do {                            \
-		if (numel)              \
-			numel[t] = (n); \
-		t++;                    \
-		total += (n);           \
-	} while (0)
-	ADD(V * d);
-	ADD(T * d);
-	for (uint32_t l = 0; l < s->layers; l++)
-		for (int k = 0; k < DOS_T_PER_LAYER; k++)
-			ADD(layer[k]);
-	ADD(d);
-	ADD(V * d);
-#undef ADD
+	uint32_t layers_end = DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers;
+	if (t == DOS_T_TOK_EMB)
+		return V * d;
+	if (t == DOS_T_POS_EMB)
+		return T * d;
+	if (t >= layers_end)
+		return t == layers_end ? d : V * d; /* the final norm, the head */
+	switch ((t - DOS_T_LAYER0) % DOS_T_PER_LAYER) {
+	case DOS_T_QKV:
+		return 3 * d * d;
+	case DOS_T_O:
+		return d * d;
+	case DOS_T_FC1:
+	case DOS_T_FC2:
+		return F * d;
+	default: /* DOS_T_LN1, DOS_T_LN2 */
+		return d;
+	}
+}
+
+uint64_t _dos_model_param_count(const struct dos_model_shape *s, uint64_t *numel)
+{
+	uint64_t total = 0;
+	for (uint32_t t = 0; t < _dos_model_tensor_count(s); t++) {
+		uint64_t n = tensor_numel(s, t);
+		if (numel)
+			numel[t] = n;
+		total += n;
+	}
 	return total;
 }
 
@@ -87,12 +99,11 @@ static int is_norm_weight(const struct dos_model_shape *s, uint32_t t)
 void _dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, float *flat)
 {
 	uint32_t ntensors = _dos_model_tensor_count(s);
-	uint64_t numel[ntensors];
-	_dos_model_param_count(s, numel);
 	const float amplitude = dos_init_amplitude();
 	uint64_t rng = seed;
 	for (uint32_t t = 0; t < ntensors; t++) {
-		for (uint64_t i = 0; i < numel[t]; i++) {
+		uint64_t numel = tensor_numel(s, t); /* not an array of them: 100,000 layers would not fit a stack */
+		for (uint64_t i = 0; i < numel; i++) {
 			if (is_norm_weight(s, t)) {
 				*flat++ = 1.0f;
 				continue;
