@@ -457,8 +457,8 @@ static void print_steady_iteration(struct progress *pr, const char *clock)
 	double first = pr->loss_at[1] - pr->loss_at[0];
 	for (uint64_t i = 0; i + 1 < n; i++)
 		pr->loss_at[i] = pr->loss_at[i + 1] - pr->loss_at[i];
-	printf("summary: steady iteration %.3f%s s (median of the %llu intervals between consecutive steps' "
-	       "losses; the first %.3f s)\n",
+	printf("summary: steady iteration %.4f%s s (median of the %llu intervals between consecutive steps' "
+	       "losses; the first %.4f s)\n",
 	       bench_median(pr->loss_at, (int)(n - 1)), clock, (unsigned long long)(n - 1), first);
 }
 
