@@ -26,8 +26,12 @@ struct dos_data_homes {
 
 struct dos_machine_costs {
 	int ncpu_workers;
-	double cpu_seconds_per_param;                      /* one CPU worker, one subgroup, alone */
-	double gpu_seconds_per_param;                      /* the GPU, one subgroup */
+	double cpu_seconds_per_param; /* one CPU worker, one subgroup, alone */
+	double gpu_seconds_per_param; /* the GPU, one subgroup */
+	/* What every update task costs beside its parameters' share (StarPU's driver, a kernel
+	 * launch), on a CPU worker and on the GPU: it decides the updates of a few thousand
+	 * parameters (norms, biases), whose GPU time is mostly this. 0: not measured. */
+	double cpu_task_seconds, gpu_task_seconds;
 	double h2d_bytes_per_second, d2h_bytes_per_second; /* full duplex: each way */
 	double link_latency_seconds;
 	/* CPU Adam slows down while DMA shares host memory bandwidth: CPU times are

@@ -1007,6 +1007,12 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 		p->gpu[k].update_extra_bytes = extra[k];
 	}
 	_dos_measure_costs(first, u.params, sched_ctx, &homes, reserve[0], m, calibrated);
+	int big = 0, small = 0;
+	for (int i = 1; i < s->n; i++) {
+		big = sg[i].params > sg[big].params ? i : big;
+		small = sg[i].params < sg[small].params ? i : small;
+	}
+	_dos_measure_task_costs(s->tasks[big], sg[big].params, s->tasks[small], sg[small].params, sched_ctx, m);
 	m->gpu_budget_bytes *= packing;
 	m->gpu_update_extra_bytes = extra[0];
 	/* The rest of the iteration: each GPU's application work queued now (StarPU's
@@ -1031,6 +1037,7 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 	pool->ngpus = 1; /* to the placement rule, one GPU */
 	pool->pooled_gpus = p->ngpus;
 	pool->gpu_seconds_per_param = m->gpu_seconds_per_param / g;
+	pool->gpu_task_seconds = m->gpu_task_seconds / g; /* G tasks at a time */
 	pool->h2d_bytes_per_second = m->node_h2d_bytes_per_second;
 	pool->d2h_bytes_per_second = m->node_d2h_bytes_per_second;
 	pool->gpu_update_extra_bytes = 0;
@@ -1523,7 +1530,7 @@ static void report_plan(struct policy *p, uint64_t step, const struct dos_plan_s
 		"starpu-dos: %s: plan of step %llu at %.3f s: %d resident (%d already), %d staged%s, %d on CPU "
 		"(%d then resident); GPU budget %.3g GB (+%.3g GB in the update window), application "
 		"forecast %.3g GB (%s; measured %.3g GB), GPU busy %.3g s ahead, %.3g GB may move after CPU "
-		"updates; "
+		"updates; an update task's fixed cost %.3g us on a CPU worker, %.3g us on a GPU; "
 		"predicted %.4g s\n",
 		rule_name(p->rule), (unsigned long long)step, starpu_timing_now() * 1e-6, count[DOS_PLACE_GPU_RESIDENT],
 		kept, count[DOS_PLACE_GPU_TRANSIENT], per_gpu,
@@ -1531,7 +1538,8 @@ static void report_plan(struct policy *p, uint64_t step, const struct dos_plan_s
 		pool->gpu_budget_bytes * 1e-9, pool->gpu_update_extra_bytes * 1e-9, p->stats.app_forecast_bytes * 1e-9,
 		p->stats.app_forecast_learned ? "learned" : "declared",
 		p->gpu[0].app_memory.last.iteration_peak_bytes * 1e-9, pool->gpu_busy_ahead_seconds,
-		pool->promote_bytes * 1e-9, p->stats.last_predicted_seconds);
+		pool->promote_bytes * 1e-9, m->cpu_task_seconds * 1e6, m->gpu_task_seconds * 1e6,
+		p->stats.last_predicted_seconds);
 }
 
 /* Plans the updates of s (plan lock held): its subgroups as they are now (on which GPU

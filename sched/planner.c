@@ -87,7 +87,8 @@ static struct outcome simulate(const struct timeline *t, const struct dos_machin
 		o.d2h_free = t->d2h_free + down;
 		o.h2d_free = t->h2d_free + up;
 		o.cpu = earliest(t->cpu_free, t->ncpu);
-		o.cpu_free = fmax(t->cpu_free[o.cpu], down) + params * m->cpu_seconds_per_param * m->host_contention;
+		o.cpu_free = fmax(t->cpu_free[o.cpu], down) + m->cpu_task_seconds +
+			     params * m->cpu_seconds_per_param * m->host_contention;
 		o.finish = fmax(o.cpu_free + up, fmax(o.d2h_free, o.h2d_free));
 		return o;
 	}
@@ -116,7 +117,7 @@ static struct outcome simulate(const struct timeline *t, const struct dos_machin
 				     m->link_latency_seconds);
 	double in_end = up > 0 ? fmax(t->h2d_free, ready) + up : ready;
 	o.h2d_free = up > 0 ? in_end : t->h2d_free;
-	o.gpu_free = fmax(t->gpu_free, in_end) + params * m->gpu_seconds_per_param;
+	o.gpu_free = fmax(t->gpu_free, in_end) + m->gpu_task_seconds + params * m->gpu_seconds_per_param;
 	double down = transfer_seconds(dos_gpu_path_d2h_bytes(m, params, keep), m->d2h_bytes_per_second,
 				       m->link_latency_seconds);
 	o.d2h_free = down > 0 ? fmax(t->d2h_free, o.gpu_free) + down : t->d2h_free;
@@ -148,6 +149,17 @@ static int timeline_init(struct timeline *t, const struct dos_machine_costs *m)
 	 * for it, which is what a GPU update costs a GPU-bound iteration */
 	t->gpu_free = m->gpu_busy_ahead_seconds > 0 ? m->gpu_busy_ahead_seconds : 0.0;
 	return t->cpu_free ? 0 : -1;
+}
+
+/* An update that costs the GPU more in its fixed cost per task than in work: a norm's or a
+ * bias's few thousand parameters. Residency saves such a subgroup next to nothing, and
+ * the residency goal (the bound's continuous split, which knows no fixed cost) does not
+ * apply to it: it goes wherever it finishes first, which is usually a CPU worker left idle
+ * by backward, taking its fixed cost off the GPU (as dmda does; 33 norms of the 1b model:
+ * 0.17 ms of GPU time per step). */
+static int launch_bound(const struct dos_machine_costs *m, double params)
+{
+	return params * m->gpu_seconds_per_param < m->gpu_task_seconds;
 }
 
 static double max_params(const struct dos_plan_subgroup *sg, int n)
@@ -199,10 +211,11 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 		return NAN;
 	double biggest = max_params(sg, n), promoted = 0;
 	int spent = 0;
-	/* Pass 1: state already on the GPU stays there while the cap holds it. */
+	/* Pass 1: state already on the GPU stays there while the cap holds it (launch-bound
+	 * updates wait for pass 2). */
 	for (int i = 0; i < n; i++) {
 		out[i] = DOS_PLACE_CPU;
-		if (!sg[i].resident_now)
+		if (!sg[i].resident_now || launch_bound(m, sg[i].params))
 			continue;
 		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
 		if (t.resident_bytes + state <= resident_cap) {
@@ -225,6 +238,25 @@ static double plan_with_resident_cap(const struct dos_machine_costs *m, const st
 		struct outcome best = simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_CPU);
 		enum dos_placement choice = DOS_PLACE_CPU;
 		double state = sg[i].params * DOS_STATE_BYTES_PER_PARAM;
+		if (launch_bound(m, sg[i].params)) {
+			/* A CPU worker or the GPU (state kept there), whichever ends the update
+			 * first; its copies are a few kilobytes that fill gaps on the link, so
+			 * the link's queue does not decide. State resident now was not counted
+			 * in pass 1. */
+			double added = sg[i].resident_now ? state : 0.0;
+			if (t.resident_bytes + state <= resident_cap) {
+				struct outcome o =
+					simulate(&t, m, sg[i].params, sg[i].resident_now, DOS_PLACE_GPU_RESIDENT);
+				o.resident_bytes += added;
+				if (o.feasible && o.gpu_free < best.cpu_free)
+					best = o, choice = DOS_PLACE_GPU_RESIDENT;
+			}
+			commit(&t, &best);
+			out[i] = choice;
+			if (choice == DOS_PLACE_GPU_RESIDENT)
+				t.nslots = dos_staging_slots(m, t.resident_bytes, biggest);
+			continue;
+		}
 		int slots_after = dos_staging_slots(m, t.resident_bytes + state, biggest);
 		int keeps_slots = slots_after >= (t.nslots < 2 ? t.nslots : 2);
 		int spends = !keeps_slots && spend_slot_reserve && !spent;

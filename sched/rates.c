@@ -346,6 +346,32 @@ int _dos_measure_costs(struct starpu_task *update, double params, unsigned sched
 	return 0;
 }
 
+/* The fixed cost of a task on `worker` (seconds), from the predictions at two sizes; 0
+ * when it cannot be told. */
+static double fixed_task_seconds(struct starpu_task *big, double big_params, struct starpu_task *small,
+				 double small_params, int worker, unsigned sched_ctx)
+{
+	if (worker < 0 || !(small_params > 0 && small_params < big_params))
+		return 0.0;
+	struct starpu_perfmodel_arch *arch = starpu_worker_get_perf_archtype(worker, sched_ctx);
+	double t_big = starpu_task_expected_length(big, arch, 0) * 1e-6;
+	double t_small = starpu_task_expected_length(small, arch, 0) * 1e-6;
+	if (!isfinite(t_big) || !isfinite(t_small) || t_big <= 0 || t_small <= 0)
+		return 0.0;
+	double slope = (t_big - t_small) / (big_params - small_params);
+	double fixed = t_small - slope * small_params;
+	return fixed > 0 ? fmin(fixed, t_small) : 0.0;
+}
+
+void _dos_measure_task_costs(struct starpu_task *big, double big_params, struct starpu_task *small, double small_params,
+			     unsigned sched_ctx, struct dos_machine_costs *out)
+{
+	int cpu = _dos_first_worker_of_type(sched_ctx, STARPU_CPU_WORKER);
+	int gpu = _dos_first_worker_of_type(sched_ctx, STARPU_CUDA_WORKER);
+	out->cpu_task_seconds = fixed_task_seconds(big, big_params, small, small_params, cpu, sched_ctx);
+	out->gpu_task_seconds = fixed_task_seconds(big, big_params, small, small_params, gpu, sched_ctx);
+}
+
 int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
 			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds)
 {

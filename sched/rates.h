@@ -15,6 +15,13 @@ int _dos_measure_costs(struct starpu_task *update, double params, unsigned sched
 		       const struct dos_data_homes *homes, double reserved_gpu_bytes, struct dos_machine_costs *out,
 		       int *calibrated);
 
+/* Fills out->cpu_task_seconds and out->gpu_task_seconds, the fixed part of an update's
+ * time, from what StarPU's perfmodels predict for two updates of the step, `big` of
+ * `big_params` and `small` of fewer `small_params`: the line through both predictions
+ * at zero parameters. Left 0 where the sizes are equal or a prediction is missing. */
+void _dos_measure_task_costs(struct starpu_task *big, double big_params, struct starpu_task *small, double small_params,
+			     unsigned sched_ctx, struct dos_machine_costs *out);
+
 /* The contention factor for this host: DOS_HOST_CONTENTION, else what
  * dos_host_contention_record() stored for it, else 1 (host_measurements.c). */
 double _dos_host_contention(void);
