@@ -589,6 +589,19 @@ static int home_is_host(starpu_data_handle_t h)
 	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CPU_RAM;
 }
 
+/* Whether an update input is on a GPU when the update is planned, for the link costs:
+ * homed there, or without a home in a context with GPUs, made by the application's tasks,
+ * which run there (dos-train's gradients from backward and 16-bit weights from the
+ * refresh, NNTile's tiles). Costed as if in host memory, a gradient made on the GPU
+ * crossed the link up for every GPU update and never down for a CPU one: the plans of
+ * dos-train on a 9000 MiB h100-pcie5 (1b, bf16) took 0.3153 s a step against 0.2586, and
+ * on 4 GPUs 0.0586 against 0.0387 (results/task-costs-sim-2026-12-04.md). Its memory is
+ * still the application's (home_is_gpu above). */
+static int made_on_gpu(const struct policy *p, starpu_data_handle_t h)
+{
+	return home_is_gpu(h) || (starpu_data_get_home_node(h) < 0 && p->ngpus > 0);
+}
+
 static void dispatch_released(struct policy *p, struct starpu_task_list *release, unsigned sched_ctx);
 
 static void submit_hook(struct starpu_task *task)
@@ -980,8 +993,9 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 	struct dos_data_homes homes = {
 		.grad_bytes_per_param = (double)dos_dtype_size(u.grad_dtype),
 		.weight_bytes_per_param = wt == DOS_FP32 ? 0.0 : 2.0,
-		.grads_on_gpu = home_is_gpu(_dos_update_handle(first, &u, DOS_ADAM_BUF_GRAD)),
-		.weights_on_gpu = wt != DOS_FP32 && home_is_gpu(_dos_update_handle(first, &u, DOS_ADAM_BUF_WEIGHT16)),
+		.grads_on_gpu = made_on_gpu(p, _dos_update_handle(first, &u, DOS_ADAM_BUF_GRAD)),
+		.weights_on_gpu =
+			wt != DOS_FP32 && made_on_gpu(p, _dos_update_handle(first, &u, DOS_ADAM_BUF_WEIGHT16)),
 		.grads_homed_on_host = home_is_host(_dos_update_handle(first, &u, DOS_ADAM_BUF_GRAD)),
 		.weights_homed_on_host =
 			wt != DOS_FP32 && home_is_host(_dos_update_handle(first, &u, DOS_ADAM_BUF_WEIGHT16)),

@@ -215,18 +215,22 @@ check "h100-pcie5-x4: dos-train runs on 4 CUDA workers" $?
 # neighbouring subgroups' state interleaved over the GPUs the 4-GPU iteration took 2.05x
 # the one-GPU one (0.133 s against 0.065 s); kept in runs, one per GPU, 1.38x. With
 # subgroups that follow the tensors (dos-train's default in one process) no task reads
-# across a boundary: 0.059 s against 0.082, so 4 GPUs are held to no slower than one.
-# Both from host memory (--state-on-host): state made by tasks keeps all of it resident
-# on one GPU from the start (0.037 s), which is not what this compares.
+# across a boundary. One process runs one chain of layers, so 4 GPUs cannot beat one on a
+# model one GPU holds: they take turns, and each turn adds a copy of the activations
+# between GPUs. Since the link costs count data without a home where it is made (on the
+# GPU), both iterations keep the state resident, 0.0387 s on 4 GPUs against 0.0366 on
+# one (1.06x; 0.059 against 0.082 before, when the one GPU ran updates on the CPU); held
+# to 1.10x. Both from host memory (--state-on-host), which the
+# plan must move in over the first steps.
 for machine in h100-pcie5 h100-pcie5-x4; do
-	timeout 120 "${bench%/dos-bench}/dos-train" --simulate $machine --preset 1b --precision bf16 --steps 6 \
-		--state-on-host --quiet >"$home/steady-$machine.txt" 2>&1
+	DOS_SCHED_VERBOSE=1 timeout 120 "${bench%/dos-bench}/dos-train" --simulate $machine --preset 1b \
+		--precision bf16 --steps 6 --state-on-host --quiet >"$home/steady-$machine.txt" 2>&1
 	check "$machine: dos-train --simulate --preset 1b --precision bf16 --steps 6 ran" $?
 done
 one=$(steady "$home/steady-h100-pcie5.txt")
 four=$(steady "$home/steady-h100-pcie5-x4.txt")
-awk -v o="$one" -v f="$four" 'BEGIN {exit !(o != "" && f != "" && f <= o)}'
-check "training iteration on 4 GPUs ${four} s <= on one ${one} s" $?
+awk -v o="$one" -v f="$four" 'BEGIN {exit !(o != "" && f != "" && f <= 1.10 * o)}'
+check "training iteration on 4 GPUs ${four} s <= 1.10 x on one ${one} s" $?
 # 16-bit compute (tensor-core products): the GPU is no longer the bottleneck, the update is.
 # With 4 micro-batches a step the 33 norm tensors' updates (2048 params each) cost the GPU
 # more in its fixed cost per task than in work: dos, like dmda, runs them on the CPU
