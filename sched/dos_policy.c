@@ -594,7 +594,7 @@ static int home_is_host(starpu_data_handle_t h)
  * which run there (dos-train's gradients from backward and 16-bit weights from the
  * refresh, NNTile's tiles). Costed as if in host memory, a gradient made on the GPU
  * crossed the link up for every GPU update and never down for a CPU one: the plans of
- * dos-train on a 9000 MiB h100-pcie5 (1b, bf16) took 0.3153 s a step against 0.2586, and
+ * dos-train on a 9000 MiB h100-pcie5 (1b, bf16) took 0.3153 s a step against 0.2635, and
  * on 4 GPUs 0.0586 against 0.0387 (results/task-costs-sim-2026-12-04.md). Its memory is
  * still the application's (home_is_gpu above). */
 static int made_on_gpu(const struct policy *p, starpu_data_handle_t h)
