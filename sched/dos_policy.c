@@ -1061,10 +1061,7 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 	 * show: the pool holds what each GPU holds beside one staging slot of its own, plus
 	 * the two slots that the planner keeps free in the pool's budget for its own choice
 	 * between residency and staging (planner.c). */
-	double biggest = 0;
-	for (int i = 0; i < s->n; i++)
-		biggest = fmax(biggest, sg[i].params);
-	double slot = biggest * dos_staging_bytes_per_param(m);
+	double slot = sg[big].params * dos_staging_bytes_per_param(m);
 	pool->gpu_budget_bytes = 2 * slot;
 	for (int k = 0; k < p->ngpus; k++) {
 		pool->gpu_budget_bytes += fmax(0.0, p->gpu[k].budget_bytes - slot);
