@@ -1905,11 +1905,14 @@ static int pool_first(struct policy *p, int w)
 	int first = 0;
 	if (!queued)
 		return 0;
+	/* read before relaxing: a relaxed worker's queue is open to thieves, which may take
+	 * this task and run it to its end (and StarPU free it) before the pool lock is ours */
+	int queued_priority = queued->priority;
 	starpu_worker_relax_on();
 	STARPU_PTHREAD_MUTEX_LOCK(&p->pool_lock);
 	starpu_worker_relax_off();
 	if (!starpu_task_list_empty(&p->cpu_pool))
-		first = starpu_task_list_front(&p->cpu_pool)->priority >= queued->priority;
+		first = starpu_task_list_front(&p->cpu_pool)->priority >= queued_priority;
 	STARPU_PTHREAD_MUTEX_UNLOCK(&p->pool_lock);
 	return first;
 }

@@ -45,7 +45,8 @@ void _dos_queues_push(struct dos_worker_queues *q, struct starpu_task *task, int
 		      int prefetch);
 
 /* The task at the front of worker w's queue (the next by priority), or NULL; it stays
- * queued. Called by w in its pop_task. */
+ * queued. Called by w in its pop_task; the pointer holds only until w relaxes
+ * (starpu_worker_relax_on), when a thief may take the task, run it, and StarPU free it. */
 const struct starpu_task *_dos_queues_front(const struct dos_worker_queues *q, int w);
 
 /* The next task of worker w's queue, or NULL; `pick` chooses it among the queued tasks
