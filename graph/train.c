@@ -517,6 +517,46 @@ static int save_checkpoint(struct run *r, uint64_t steps_done)
 	return _dos_optimizer_save(r->opt, r->folder->dir, 2, &at, DOS_SAVE_CHECK_FLAGS, NULL, 0);
 }
 
+/* Whether the run submits no further step: a stop request seen here, or in a
+ * data-parallel job on any rank, so that all stop after the same step (a rank still
+ * submitting would wait forever for the gradients of one that stopped). */
+static int stop_agreed(const struct dos_train_config *cfg)
+{
+	if (!cfg->stop_requested)
+		return 0;
+	int here = *cfg->stop_requested != 0;
+	if (_dos_dp_size(&cfg->dp) <= 1)
+		return here;
+	return DOS_VALUES_ARE_REAL && _dos_dp_max(here) > 0;
+}
+
+/* A run stopped on request with `steps_done` steps submitted, the last of them `last`
+ * (NULL: none in this run), not yet finished: it is finished, and saved unless its
+ * checkpoint exists already, as at the end of a run. Returns -EINTR, or the error that
+ * kept the state from being saved. */
+static int stop_early(struct run *r, uint64_t steps_done, struct pending_step *last, double start,
+		      struct dos_train_output *out)
+{
+	const struct dos_train_config *cfg = r->cfg;
+	int save = last && cfg->checkpoint_dir && DOS_VALUES_ARE_REAL &&
+		   !(cfg->checkpoint_every && steps_done % cfg->checkpoint_every == 0);
+	int err = save ? save_checkpoint(r, steps_done) : 0;
+	if (!err && last)
+		err = finish_step(r, last, start, out);
+	if (err)
+		return err;
+	if (!cfg->checkpoint_dir || !DOS_VALUES_ARE_REAL || steps_done == 0)
+		return DOS_FAIL(-EINTR, "stopped on request after step %llu of %llu; nothing saved (%s)",
+				(unsigned long long)steps_done, (unsigned long long)cfg->steps,
+				!cfg->checkpoint_dir   ? "no checkpoint folder"
+				: !DOS_VALUES_ARE_REAL ? "a simulation saves no checkpoint"
+						       : "no step done");
+	return DOS_FAIL(-EINTR,
+			"stopped on request after step %llu of %llu; the run continues from its checkpoint in %s "
+			"with --resume",
+			(unsigned long long)steps_done, (unsigned long long)cfg->steps, cfg->checkpoint_dir);
+}
+
 /* The outputs the caller asked for, once every task has ended. */
 static void write_outputs(struct run *r, struct dos_train_output *out)
 {
@@ -568,7 +608,12 @@ int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *
 		out->resumed_from = first_step;
 	int have_pending = 0;
 	double start = now_seconds();
-	for (uint64_t k = first_step; k < cfg->steps && !err; k++) {
+	uint64_t k;
+	for (k = first_step; k < cfg->steps && !err; k++) {
+		if (stop_agreed(cfg)) {
+			err = stop_early(&r, k, have_pending ? &r.pending[(k + 1) % 2] : NULL, start, out);
+			break;
+		}
 		/* called without waiting for the earlier steps: an observer that drained the
 		 * pipeline here would change what it observes (the last step would start on an
 		 * idle machine, and the dos policy would learn and plan from that) */
@@ -591,6 +636,7 @@ int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *
 	}
 	starpu_task_wait_for_all();
 	if (out) {
+		out->steps_done = k;
 		out->seconds = now_seconds() - start;
 		write_outputs(&r, out);
 	}

@@ -4,6 +4,8 @@
 #ifndef DOS_TRAIN_H
 #define DOS_TRAIN_H
 
+#include <signal.h>
+
 #include "optimizer.h"
 #include "model.h"
 
@@ -69,6 +71,13 @@ struct dos_train_config {
 	 * still run (dos-train starts its timeline there) */
 	void (*before_last_step)(void *arg);
 	void *before_last_step_arg;
+	/* optional: once *stop_requested is nonzero (set by a signal handler: a batch system
+	 * ending the job), the run submits no further step. It ends the steps submitted, saves
+	 * a checkpoint after the last of them when it has a checkpoint_dir, and returns
+	 * -EINTR. The ranks of a data-parallel job stop after the same step: the first that
+	 * sees a request stops them all (ignored in a simulated data-parallel job, where
+	 * nothing is saved) */
+	const volatile sig_atomic_t *stop_requested;
 };
 
 /* Optional outputs, each NULL or an array of the stated size. */
@@ -81,6 +90,7 @@ struct dos_train_output {
 	uint64_t skipped_steps;
 	double seconds;
 	uint64_t resumed_from;   /* steps already done by the checkpoint resumed from (0: none) */
+	uint64_t steps_done;     /* by the end of the run: cfg->steps unless it stopped early */
 	char resumed_path[4096]; /* that checkpoint */
 };
 
@@ -90,7 +100,8 @@ struct dos_train_output {
  * its value, data-file errors, checkpoint-folder errors (-EBUSY: another process holds
  * it; -EEXIST: it holds another run's checkpoints; -ENOENT: nothing to resume from; or
  * the file system's), -ENOMEM naming what could not be allocated, -ERANGE when the
- * optimizer state stops being finite; the message is in dos_last_error(). A refused
+ * optimizer state stops being finite, -EINTR when it stopped on a request
+ * (stop_requested); the message is in dos_last_error(). A refused
  * configuration leaves *out untouched. */
 int _dos_train_run(const struct dos_train_config *cfg, struct dos_train_output *out);
 

@@ -13,6 +13,7 @@
 #     ranks ends bit-identical to the uninterrupted run; SIGKILL of the job while it saves
 #     every step leaves a latest checkpoint that resumes exactly; the shards of a save
 #     killed before its manifest are no checkpoint, and a fresh run says to remove them;
+#     SIGTERM to one rank stops both after the same step, saved there;
 #  4. ranks given other options or data stop before the run, rank 0 naming what differs;
 #     a rank stopped (SIGSTOP) ends the job on the watchdog, which names that cause.
 # And the scatter exchange (--dp-exchange scatter): the same bits under several policies,
@@ -218,6 +219,30 @@ done
 set -- $resumed
 [ $# -ge 1 ] || fail "none of $rounds rounds was killed in the middle of the run"
 echo "data parallel: SIGKILL of a 2-rank job saving every step, $rounds times: resumed bit-identical from steps$resumed"
+
+# SIGTERM to one rank only (a batch system signals every rank, not at the same step): both
+# stop after the same step with a whole checkpoint there, which resumes bit-identical
+ck=$work/term
+ranks 2 --preset tiny --steps $steps --quiet --accumulate 1 --checkpoint-dir "$ck" --checkpoint-every 20 \
+	>"$work/term.log" 2>&1 &
+job=$!
+for _ in $(seq 1 600); do
+	[ -f "$ck/checkpoint-20.dos" ] && break
+	sleep 0.1
+done
+rank=$(pgrep -f "dos-train --preset tiny .*$ck" | while read -r p; do
+	[ "$(ps -o comm= -p "$p")" = mpirun ] || echo "$p"
+done | head -n 1)
+[ -n "$rank" ] && kill -TERM "$rank" || fail "SIGTERM: no rank to signal: $(cat "$work/term.log")"
+wait $job && fail "SIGTERM: the job ended with status 0: $(cat "$work/term.log")"
+at=$(sed -n 's/.*stopped on request after step \([0-9]*\) of.*/\1/p' "$work/term.log" | sort -u)
+[ "$(echo "$at" | wc -w)" = 1 ] && [ "$at" -lt $steps ] ||
+	fail "SIGTERM: the ranks did not stop after one same step: $(cat "$work/term.log")"
+[ -f "$ck/checkpoint-$at.dos" ] || fail "SIGTERM: stopped after step $at without its checkpoint: $(ls "$ck")"
+ranks 2 --preset tiny --steps $steps --quiet --accumulate 1 --checkpoint-dir "$ck" --resume \
+	--dump "$work/term.bin" >"$work/log" 2>&1 || fail "resuming after SIGTERM failed: $(cat "$work/log")"
+cmp -s "$work/straight.bin" "$work/term.bin" || fail "the job stopped by SIGTERM after step $at ends differently"
+echo "data parallel: SIGTERM to one rank of 2: both stopped after step $at, saved there, resumed bit-identical"
 
 # A job killed in its first save, after the shards and before the manifest, leaves a
 # folder that holds no checkpoint: --resume says so, and a fresh run, which must not take

@@ -16,7 +16,8 @@
 #     every fp16 step overflows, and master weights, m and v stay as initialised;
 #  5. checkpoints: N steps + save + resume + M steps ends bit-identical to N + M steps (the
 #     first N with the state made by tasks, the straight run's copied on the host), also
-#     after SIGKILL at random moments of a run that saves every step;
+#     after SIGKILL at random moments of a run that saves every step, and after SIGTERM,
+#     which stops a run after the step in progress with a checkpoint there;
 #  6. bad options are refused with a message naming the option and the value, and a
 #     state that stops being finite is reported with the subgroup and step, and not saved;
 #  7. --plot and --trace write their files;
@@ -220,6 +221,28 @@ $train --preset tiny --steps $steps --quiet --state-by-tasks --checkpoint-dir "$
 	>"$work/log" 2>&1 || fail "resuming the thrice-killed run failed: $(cat "$work/log")"
 cmp -s "$work/straight.bin" "$work/killed.bin" || fail "the thrice-killed run (saved up to$chain) ends differently"
 echo "checkpoints: a run and its resumed runs killed 3 times (saved up to$chain), --state-by-tasks: bit-identical"
+
+# SIGTERM (a batch system's time limit) once the run has saved step 25: it ends after the
+# step in progress with status 143, saved there, and the resumed run ends bit-identical.
+ck=$work/term
+$train --preset tiny --steps $steps --quiet --checkpoint-dir "$ck" --checkpoint-every 25 >"$work/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+	[ -f "$ck/checkpoint-25.dos" ] && break
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+kill -TERM "$pid" 2>/dev/null || fail "SIGTERM: the run ended before the signal: $(cat "$work/term.log")"
+wait "$pid"
+status=$?
+[ $status = 143 ] || fail "SIGTERM: status $status, expected 143: $(cat "$work/term.log")"
+at=$(sed -n 's/.*stopped on request after step \([0-9]*\) of.*/\1/p' "$work/term.log")
+[ -n "$at" ] && [ "$at" -lt $steps ] || fail "SIGTERM: no step named: $(cat "$work/term.log")"
+[ "$(newest "$ck")" = "$at" ] || fail "SIGTERM: stopped after step $at, newest checkpoint $(newest "$ck")"
+$train --preset tiny --steps $steps --quiet --checkpoint-dir "$ck" --resume --dump "$work/term.bin" \
+	>"$work/log" 2>&1 || fail "resuming after SIGTERM failed: $(cat "$work/log")"
+cmp -s "$work/straight.bin" "$work/term.bin" || fail "the run stopped by SIGTERM after step $at ends differently"
+echo "checkpoints: SIGTERM after step $at: status 143, saved there, resumed bit-identical"
 
 # ---- 6. bad options -------------------------------------------------------------------
 expect_refusal() { # expected text, args...

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1103,6 +1104,35 @@ static void print_summary(const struct train_options *o, const struct dos_train_
 
 static int train_main(int argc, char **argv);
 
+/* SIGTERM (Slurm at the job's time limit, `scancel`) or SIGINT (Ctrl-C): the first stops
+ * the run after the step in progress, with a checkpoint when it has a folder (the batch
+ * system's grace period, 30 s by default, is several steps of a large model); a second
+ * one ends the process at once, as without a handler. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	if (stop_signal) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
+	stop_signal = sig;
+	static const char said[] = "\ndos-train: stop requested by a signal: ending after the step in progress "
+				   "(a second signal ends the process at once)\n";
+	ssize_t ignored = write(STDERR_FILENO, said, sizeof said - 1);
+	(void)ignored;
+}
+
+/* After StarPU started: its own SIGINT handler (for its FxT trace) is replaced. */
+static void catch_stop_signals(void)
+{
+	struct sigaction sa = {.sa_handler = on_stop_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+}
+
 #if defined(STARPU_SIMGRID) && !DOS_SMPI
 /* When every simulated activity waits on another (a deadlock in StarPU, e.g. a GPU too
  * small for its suballocator's chunks), SimGrid stops the simulation and StarPU's main()
@@ -1218,10 +1248,15 @@ static int train_main(int argc, char **argv)
 	}
 	print_header(&opts, cfg, running, &binding, &pr.quiet);
 
+	cfg->stop_requested = &stop_signal;
+	catch_stop_signals();
 	err = _dos_train_run(cfg, &out);
 	if (pr.tty && !pr.quiet)
 		printf("\n");
-	if (err) {
+	if (err == -EINTR) { /* as a shell reports a process ended by that signal */
+		fprintf(stderr, "dos-train: %s\n", dos_last_error());
+		status = 128 + (stop_signal ? stop_signal : SIGTERM);
+	} else if (err) {
 		fprintf(stderr, "dos-train: %s\n", dos_last_error());
 		status =
 			err == -EINVAL || err == -ENOENT || err == -EISDIR || err == -EEXIST || err == -ENOTDIR ? 2 : 1;
