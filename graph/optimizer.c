@@ -188,6 +188,11 @@ static void register_handles(struct _dos_optimizer *opt)
  * the link; the host copy is valid again only when someone reads it there. */
 static void submit_state_init(struct _dos_optimizer *opt, const struct dos_init_layout *layout)
 {
+	double bytes = 0;
+	for (uint32_t s = opt->own_first; s < opt->own_end; s++)
+		bytes += (double)(starpu_data_get_size(opt->master_h[s]) + starpu_data_get_size(opt->m_h[s]) +
+				  starpu_data_get_size(opt->v_h[s]));
+	_dos_sched_state_coming(opt->cfg.sched_ctx, bytes);
 	for (uint32_t s = opt->own_first; s < opt->own_end; s++) {
 		struct starpu_task *task;
 		int err = _dos_init_state_task_create(opt->master_h[s], opt->m_h[s], opt->v_h[s], layout,

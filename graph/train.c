@@ -223,11 +223,11 @@ static int create_optimizer(struct run *r)
 	 * stay fp32 (the micro-batches accumulate into them), narrowed by the gather */
 	oc.tensor_dtype = model->dtype;
 	oc.tensor_grad_dtype = DOS_FP32;
-	/* Made by tasks where the policy places them, except on several GPUs: dos then makes
-	 * it all on the CPU (place_state_init), and the simulated 4-GPU 1b bf16 iteration
-	 * was 0.100 s steady, 2.84 s first, against 0.089 and 0.328 with the host copy
-	 * (dmda 0.158 / 0.156 either way; results/state-by-tasks-sim-2026-12-02.md). */
-	int by_tasks = !cfg->state_on_host && !cfg->resume && starpu_cuda_worker_get_count() <= 1;
+	/* Made by tasks where the policy places them: dos makes each GPU's even, contiguous
+	 * share of it there (place_state_init); the host copy made the simulated 4-GPU 1b
+	 * bf16 run's first iteration 0.388 s against 0.082 by tasks
+	 * (results/state-by-tasks-multigpu-sim-2026-12-04.md). */
+	int by_tasks = !cfg->state_on_host && !cfg->resume;
 	if (by_tasks) {
 		struct dos_init_layout layout = _dos_model_init_layout(&cfg->shape, cfg->seed);
 		return _dos_optimizer_create_generated(&r->opt, &oc, model->ntensors, model->numel, model->weight,

@@ -214,6 +214,9 @@ struct policy {
 	int last_n;
 	/* init tasks of a fresh run's state (place_state_init), by where they were placed */
 	unsigned long state_inits_on_gpu, state_inits_on_cpu, state_inits_home_via_gpu;
+	/* a fresh run's state announced (_dos_sched_state_coming), and how much of it the
+	 * init tasks placed so far make */
+	double state_coming_bytes, state_placed_bytes;
 	/* updates whose only fetch is task-level that started before the policy fetched for
 	 * them (their worker then fetched alone, late): none when the windows keep ahead */
 	unsigned long started_unfetched;
@@ -1731,13 +1734,15 @@ static int is_state_init(const struct starpu_task *task)
  * the three made on the CPU, 0.27 s per 1e8 parameters there). Left on a GPU that cannot
  * keep it, such state would be written home by StarPU's evictions during the first
  * forward and backward, at StarPU's moment, as the application's data needs the room.
- * With several GPUs (or none) the CPU makes it all, in host memory as --state-on-host
- * would: which GPU keeps which subgroup is the plan's choice (assign_gpus: runs of
- * neighbours), and state kept where the init ran, spread over the GPUs, made the
- * simulated 4-GPU 1b bf16 iteration 0.131 s against 0.089 from host memory (0.144 with
- * all of it made on the GPUs and written home: the clean GPU copies it leaves count as
- * resident for the plan; the CPU: 0.100 s, but a first iteration of 2.84 s on its one
- * simulated CPU worker). Returns the worker type (-1: any), in
+ * With several GPUs, each makes an even share of the state the optimizer announced
+ * (_dos_sched_state_coming), in runs of neighbouring subgroups as assign_gpus keeps
+ * resident state (pass 1 then finds it where it was made): GPU k the k-th share, by
+ * bytes. Kept wherever each init task happened to run (2026-12-02), the state made the
+ * simulated 4-GPU 1b bf16 iteration 0.131 s against 0.089 from host memory; in runs,
+ * 0.0380 s steady and 0.082 s first against 0.0387 and
+ * 0.388 from host memory (results/state-by-tasks-multigpu-sim-2026-12-04.md). Without
+ * an announcement (or without GPUs) the CPU makes it, in host memory as --state-on-host
+ * would. Returns the worker type (-1: any), in
  * *gpu_node the chosen GPU's memory node (-1: none), and in *goes_home whether the state
  * is written home after the task. */
 static int place_state_init(struct policy *p, struct starpu_task *task, unsigned sched_ctx, int *gpu_node,
@@ -1748,18 +1753,30 @@ static int place_state_init(struct policy *p, struct starpu_task *task, unsigned
 	if (p->rule != RULE_DOS)
 		return -1;
 	find_gpus(p, sched_ctx);
-	if (p->ngpus != 1) {
+	double bytes = 0, state = 0;
+	for (unsigned b = 0; b < STARPU_TASK_GET_NBUFFERS(task); b++) {
+		double size = (double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, b));
+		state += size;
+		bytes += _dos_gpu_charged_bytes(size);
+	}
+	/* several GPUs: only the state announced (sizes are whole numbers of bytes, summed
+	 * exactly in a double) */
+	int announced = p->state_placed_bytes + state <= p->state_coming_bytes;
+	if (p->ngpus == 0 || (p->ngpus > 1 && !announced)) {
 		p->state_inits_on_cpu++;
 		return STARPU_CPU_WORKER;
 	}
-	double bytes = 0;
-	for (unsigned b = 0; b < STARPU_TASK_GET_NBUFFERS(task); b++)
-		bytes += _dos_gpu_charged_bytes((double)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, b)));
-	struct gpu_plan *g = &p->gpu[0];
+	int k = 0;
+	if (p->ngpus > 1) {
+		double share = p->state_coming_bytes / p->ngpus;
+		k = (int)fmin(p->ngpus - 1, floor((p->state_placed_bytes + 0.5 * state) / share));
+		p->state_placed_bytes += state;
+	}
+	struct gpu_plan *g = &p->gpu[k];
 	double extra;
 	int learned;
 	double reserve =
-		app_memory_forecast(p, 0, &extra, &learned) + p->eviction_margin_bytes + p->declared_reserve_bytes;
+		app_memory_forecast(p, k, &extra, &learned) + p->eviction_margin_bytes + p->declared_reserve_bytes;
 	*gpu_node = g->node;
 	if (_dos_gpu_budget_bytes((unsigned)g->node, reserve) - g->born_state_bytes >= bytes) {
 		g->born_state_bytes += bytes;
@@ -2186,6 +2203,17 @@ static struct policy *checked_policy(const char *function, unsigned sched_ctx)
 			  pol && pol->policy_name ? pol->policy_name : "no policy");
 	}
 	return p;
+}
+
+void _dos_sched_state_coming(unsigned sched_ctx, double bytes)
+{
+	struct policy *p = _dos_sched_ctx_is_ours(sched_ctx) ? our_policy(sched_ctx) : NULL;
+	if (!p)
+		return;
+	lock_plan(p);
+	p->state_coming_bytes = bytes;
+	p->state_placed_bytes = 0;
+	unlock_plan(p);
 }
 
 int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes)
