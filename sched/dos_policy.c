@@ -1739,12 +1739,11 @@ static int is_state_init(const struct starpu_task *task)
  * resident state (pass 1 then finds it where it was made): GPU k the k-th share, by
  * bytes. Kept wherever each init task happened to run (2026-12-02), the state made the
  * simulated 4-GPU 1b bf16 iteration 0.131 s against 0.089 from host memory; in runs,
- * 0.0380 s steady and 0.082 s first against 0.0387 and
- * 0.388 from host memory (results/state-by-tasks-multigpu-sim-2026-12-04.md). Without
- * an announcement (or without GPUs) the CPU makes it, in host memory as --state-on-host
- * would. Returns the worker type (-1: any), in
- * *gpu_node the chosen GPU's memory node (-1: none), and in *goes_home whether the state
- * is written home after the task. */
+ * 0.0380 s steady and 0.082 s first against 0.0387 and 0.388 from host memory
+ * (results/state-by-tasks-multigpu-sim-2026-12-04.md). Without an announcement (or
+ * without GPUs) the CPU makes it, in host memory as --state-on-host would. Returns the
+ * worker type (-1: any), in *gpu_node the chosen GPU's memory node (-1: none), and in
+ * *goes_home whether the state is written home after the task. */
 static int place_state_init(struct policy *p, struct starpu_task *task, unsigned sched_ctx, int *gpu_node,
 			    int *goes_home)
 {
