@@ -212,6 +212,14 @@ struct policy {
 	double eviction_margin_bytes;
 	enum dos_placement *last_place; /* the last plan, to see what was evicted since */
 	int last_n;
+	/* plan_step's working arrays, kept from plan to plan (a step of 10,000 updates needs
+	 * 250 kB, which malloc hands back to the system after each plan) with room for
+	 * plan_cap updates; the next plan's placements (the last's are last_place) */
+	struct dos_plan_subgroup *plan_sg;
+	int *plan_where;
+	unsigned char *plan_gpu_of;
+	enum dos_placement *plan_place;
+	int plan_cap;
 	/* init tasks of a fresh run's state (place_state_init), by where they were placed */
 	unsigned long state_inits_on_gpu, state_inits_on_cpu, state_inits_home_via_gpu;
 	/* a fresh run's state announced (_dos_sched_state_coming), and how much of it the
@@ -464,6 +472,10 @@ static void deinit_policy(unsigned sched_ctx)
 	_dos_app_exclusions_free(&p->optimizer_data);
 	window_free(&p->on_cpu);
 	free(p->last_place);
+	free(p->plan_sg);
+	free(p->plan_where);
+	free(p->plan_gpu_of);
+	free(p->plan_place);
 	free(p);
 }
 
@@ -580,10 +592,14 @@ static uint64_t foreign_step_of(struct policy *p, starpu_data_handle_t weight)
 	return p->foreign_step;
 }
 
+static int node_is_gpu(int node)
+{
+	return node >= 0 && starpu_node_get_kind((unsigned)node) == STARPU_CUDA_RAM;
+}
+
 static int home_is_gpu(starpu_data_handle_t h)
 {
-	int home = starpu_data_get_home_node(h);
-	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CUDA_RAM;
+	return node_is_gpu(starpu_data_get_home_node(h));
 }
 
 static int home_is_host(starpu_data_handle_t h)
@@ -635,6 +651,8 @@ static void submit_hook(struct starpu_task *task)
 		s->views = views;
 		s->cap = cap;
 	}
+	for (int r = DOS_ADAM_STATE_BUFFERS; r < u.step_data_end; r++)
+		u.input_home[r] = starpu_data_get_home_node(_dos_update_handle(task, &u, r));
 	s->views[s->n] = u;
 	s->tasks[s->n++] = task;
 	task->sched_data = COLLECTED_TAG(s - p->steps, s->epoch);
@@ -647,7 +665,7 @@ static void submit_hook(struct starpu_task *task)
 	 * post_exec_hook records for the update. */
 	for (int r = 0; r < u.step_data_end; r++) {
 		starpu_data_handle_t h = _dos_update_handle(task, &u, r);
-		if (r >= DOS_ADAM_STATE_BUFFERS && !home_is_gpu(h))
+		if (r >= DOS_ADAM_STATE_BUFFERS && !node_is_gpu(u.input_home[r]))
 			continue;
 		int added = _dos_app_exclusions_add(&p->optimizer_data, h);
 		STARPU_ASSERT_MSG(added >= 0, "out of memory for %lu optimizer handles", p->optimizer_data.count + 1);
@@ -865,7 +883,7 @@ static int window_add(struct fetch_window *w, struct starpu_task *task, const st
 	*e = (struct fetch_entry){.task = task};
 	for (int b = w->first_buffer; b <= w->last_buffer && b < u->step_data_end; b++) {
 		starpu_data_handle_t h = _dos_update_handle(task, u, b);
-		if (b < DOS_ADAM_STATE_BUFFERS || starpu_data_get_home_node(h) >= 0)
+		if (b < DOS_ADAM_STATE_BUFFERS || u->input_home[b] >= 0)
 			e->handle[e->nhandles++] = h;
 		else
 			e->fetch_task_inputs = 1;
@@ -883,8 +901,8 @@ static struct fetch_window *window_of(struct policy *p, enum dos_placement place
 
 /* GPU memory that gradients and 16-bit weights homed on each planned GPU occupy for good
  * (as in training): not the plan's to use; into bytes[k] for GPU k. One pass over the
- * step's handles, each asked its home once: StarPU's queries, not the GPUs, set the
- * cost of a plan. */
+ * step's handles, their homes asked when they were collected: StarPU's queries, not the
+ * GPUs, set the cost of a plan. */
 static void gpu_homed_inputs_bytes(const struct policy *p, const struct step_tasks *s, double *bytes)
 {
 	for (int k = 0; k < p->ngpus; k++)
@@ -892,11 +910,10 @@ static void gpu_homed_inputs_bytes(const struct policy *p, const struct step_tas
 	for (int i = 0; i < s->n; i++) {
 		const struct _dos_update_view *u = &s->views[i];
 		for (int r = DOS_ADAM_BUF_GRAD; r < u->step_data_end; r++) {
-			starpu_data_handle_t h = _dos_update_handle(s->tasks[i], u, r);
-			int home = starpu_data_get_home_node(h); /* p->gpu holds CUDA nodes only */
+			int home = u->input_home[r]; /* p->gpu holds CUDA nodes only */
 			int k = home >= 0 ? gpu_index_of_node(p, (unsigned)home) : -1;
 			if (k >= 0)
-				bytes[k] += (double)starpu_data_get_size(h);
+				bytes[k] += (double)starpu_data_get_size(_dos_update_handle(s->tasks[i], u, r));
 		}
 	}
 }
@@ -1565,11 +1582,23 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	STARPU_ASSERT_MSG(s->n <= MAX_STEP_UPDATES, "a step of %d updates: the dos policy plans at most %d", s->n,
 			  MAX_STEP_UPDATES);
 	find_gpus(p, sched_ctx);
-	struct dos_plan_subgroup *sg = malloc((size_t)s->n * sizeof *sg);
-	enum dos_placement *place = malloc((size_t)s->n * sizeof *place);
-	int *where = malloc((size_t)s->n * sizeof *where);
-	unsigned char *gpu_of = malloc((size_t)s->n);
-	STARPU_ASSERT_MSG(sg && place && where && gpu_of, "out of memory planning %d subgroups", s->n);
+	if (s->n > p->plan_cap) {
+		free(p->plan_sg);
+		free(p->plan_where);
+		free(p->plan_gpu_of);
+		free(p->plan_place);
+		p->plan_sg = malloc((size_t)s->n * sizeof *p->plan_sg);
+		p->plan_where = malloc((size_t)s->n * sizeof *p->plan_where);
+		p->plan_gpu_of = malloc((size_t)s->n);
+		p->plan_place = malloc((size_t)s->n * sizeof *p->plan_place);
+		STARPU_ASSERT_MSG(p->plan_sg && p->plan_where && p->plan_gpu_of && p->plan_place,
+				  "out of memory planning %d subgroups", s->n);
+		p->plan_cap = s->n;
+	}
+	struct dos_plan_subgroup *sg = p->plan_sg;
+	enum dos_placement *place = p->plan_place;
+	int *where = p->plan_where;
+	unsigned char *gpu_of = p->plan_gpu_of;
 	for (int i = 0; i < s->n; i++) {
 		sg[i].params = s->views[i].params;
 		where[i] = gpu_holding_state(p, s->tasks[i], &s->views[i]);
@@ -1586,12 +1615,13 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	pin_resident_state(p, s, place, gpu_of);
 	report_plan(p, s->step, sg, s->n, place, gpu_of, ngpu, &m, &pool, calibrated);
 	s->planned = 1;
-	free(sg);
-	free(where);
-	free(gpu_of);
-	free(p->last_place);
+	/* this plan's placements become the last plan's; the last's array, the next plan's
+	 * (realloc: it may be from before plan_cap grew) */
+	enum dos_placement *spare = p->last_place;
 	p->last_place = place;
 	p->last_n = s->n;
+	p->plan_place = realloc(spare, (size_t)p->plan_cap * sizeof *place);
+	STARPU_ASSERT_MSG(p->plan_place, "out of memory planning %d subgroups", p->plan_cap);
 	p->stats.plan_seconds += seconds_now() - t0;
 	p->stats.plans++;
 }

@@ -25,6 +25,10 @@ struct _dos_update_view {
 	int has_step;                /* dos_adam: step is its step number; foreign: none */
 	uint64_t step;
 	int foreign;
+	/* the home node of each input (grad, 16-bit weights; -1: none), which does not change
+	 * after registration: asked once, when the dos policy collects the update, and read
+	 * by each plan (dos_policy.c). Not filled by _dos_update_view */
+	int input_home[DOS_ADAM_BUF_WEIGHT16 + 1];
 };
 
 /* 0 and *u filled when `task` is an update, else -1. */
