@@ -11,13 +11,19 @@
 #   DOS_TEST_GPU_UPDATES=1   test_cuda_worker fails unless the dos policy put an update on
 #                            the simulated GPU
 #   STARPU_NCUDA=1           StarPU drives the simulated GPU with its CUDA worker
-# StarPU measures the bus to the simulated GPU once (minutes: every copy is simulated) and
-# the lane keeps the result with the simulator for later runs (STARPU_HOSTNAME=gpgpu-sim).
+# A TEST given as TEST@N runs with N simulated GPUs (DOS_GPUSIM_DEVICES=N, STARPU_NCUDA=N,
+# one StarPU thread driving them all: tools/gpusim/cuda13_runtime.c says why), so that the
+# same bits are checked with the work spread over several GPUs.
+# StarPU measures the bus to the simulated GPUs once per count (minutes: every copy is
+# simulated) and the lane keeps the result with the simulator for later runs
+# (STARPU_HOSTNAME=gpgpu-sim, gpgpu-sim-xN).
 # A test that exits 77 (skipped) counts as failed: here it means the simulator was not
 # seen as a GPU.
 #
-# Usage: tests/gpusim_lane.sh BUILD_DIR LOG TEST...
+# Usage: tests/gpusim_lane.sh BUILD_DIR LOG TEST[@N]...
 #   BUILD_DIR  a build configured with CUDA, the TESTs built (make check-gpusim does it)
+#   TEST       a program of the build (a path relative to BUILD_DIR), or a script by its
+#              absolute path, run in a fresh folder with DOS_BUILD_DIR=BUILD_DIR
 #   LOG        gets "# PASS: n" / "# FAIL: n" for make check's summary
 # Environment: DOS_GPUSIM_TIMEOUT (seconds per test, default 1800); GPGPUSIM_SOURCE and
 # the others of tools/gpusim.sh.
@@ -73,30 +79,39 @@ bus_cache=$(dirname "$prefix")/starpu-bus # beside the simulator's build: its ru
 mkdir -p "$lane" "$bus_cache"
 pass=0 fail=0
 t_lane=$SECONDS
-# run_test TEST RUN_DIR: the test in a fresh folder (the simulator writes its scratch files
-# there) with a fresh StarPU home holding only the bus files: codelet timings measured on
-# the simulator would tell the dos policy that the GPU is a thousand times slower than it is.
+# the machine name StarPU files the bus measurements under, one per count of GPUs
+bus_host() { if [[ $1 == 1 ]]; then echo gpgpu-sim; else echo "gpgpu-sim-x$1"; fi; }
+# run_test TEST RUN_DIR GPUS: the test in a fresh folder (the simulator writes its scratch
+# files there) with a fresh StarPU home holding only the bus files: codelet timings
+# measured on the simulator would tell the dos policy that the GPU is a thousand times
+# slower than it is.
 run_test() {
-	local t=$1 run=$2
+	local t=$1 run=$2 gpus=$3
 	rm -rf "$run"
 	mkdir -p "$run/home/.starpu/sampling/bus"
 	configure_gpu "$run"
-	cp "$bus_cache"/gpgpu-sim.* "$run/home/.starpu/sampling/bus/" 2>/dev/null || true
+	cp "$bus_cache/$(bus_host "$gpus")".* "$run/home/.starpu/sampling/bus/" 2>/dev/null || true
 	(
 		cd "$run" &&
-			STARPU_HOME=$run/home STARPU_HOSTNAME=gpgpu-sim STARPU_NCUDA=1 STARPU_SILENT=1 \
+			STARPU_HOME=$run/home STARPU_HOSTNAME=$(bus_host "$gpus") STARPU_NCUDA=$gpus \
+				DOS_GPUSIM_DEVICES=$gpus STARPU_CUDA_THREAD_PER_DEV=0 STARPU_SILENT=1 \
 				DOS_QUICK_CHECK=1 DOS_CUDA_MAX_BLOCKS=8 DOS_TEST_NO_CUBLAS=1 DOS_TEST_GPU_UPDATES=1 \
 				DOS_GOLDEN_DIR=$top/tests/golden DOS_SOURCE_DIR=$top DOS_QUIET=1 \
-				timeout "${DOS_GPUSIM_TIMEOUT:-1800}" "$build/$t" >"$run/stdout.log" 2>"$run/stderr.log"
+				DOS_BUILD_DIR=$build timeout "${DOS_GPUSIM_TIMEOUT:-1800}" "$t" >"$run/stdout.log" 2>"$run/stderr.log"
 	)
 }
 
-for t in "$@"; do
-	name=$(basename "$t")
+for entry in "$@"; do
+	t=${entry%@*} gpus=1 name=$(basename "${entry%@*}")
+	[[ $t == /* ]] || t=$build/$t
+	if [[ $entry == *@* ]]; then
+		gpus=${entry##*@}
+		name+="@$gpus"
+	fi
 	run=$lane/$name
 	t0=$SECONDS
 	rc=0
-	run_test "$t" "$run" || rc=$?
+	run_test "$t" "$run" "$gpus" || rc=$?
 	# The simulator can abort on an assertion of its own that reads uninitialised memory
 	# (a kernel's info in ptx_ir.h): such an abort is run once more. A test's own failures
 	# exit 1, not 134, and an abort that our code causes comes back the second time.
@@ -104,7 +119,7 @@ for t in "$@"; do
 		echo "RERUN: $name: the simulator aborted: $(grep -m 1 'Assertion' "$run/stderr.log")"
 		mv "$run" "$run.aborted"
 		rc=0
-		run_test "$t" "$run" || rc=$?
+		run_test "$t" "$run" "$gpus" || rc=$?
 	fi
 	# the simulator talks on stdout (thousands of lines); the test's verdict is its last
 	# line there, its failures are on stderr
@@ -125,7 +140,7 @@ for t in "$@"; do
 	fi
 	# StarPU measured the bus to the simulated GPU (again, when the cached files were for
 	# another machine): keep the files for the next runs
-	for f in "$run"/home/.starpu/sampling/bus/gpgpu-sim.*; do
+	for f in "$run/home/.starpu/sampling/bus/$(bus_host "$gpus")".*; do
 		if [[ -f $f ]] && ! cmp -s "$f" "$bus_cache/${f##*/}"; then
 			cp "$f" "$bus_cache/.${f##*/}.$$" && mv -f "$bus_cache/.${f##*/}.$$" "$bus_cache/${f##*/}"
 		fi

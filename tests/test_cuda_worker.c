@@ -6,10 +6,12 @@
  * the statistics, cast and scale of every other subgroup are restricted to CUDA workers,
  * so that each codelet runs there whatever the estimates say). Both runs must equal the
  * scalar kernels bit for bit, and every update must have run where the plan put it. The
- * test prints how many tasks of each codelet ran on the CUDA worker.
- * DOS_TEST_GPU_UPDATES=N fails it when fewer than N updates ran there (the GPU
- * simulator's lane asks for one: tests/gpusim_lane.sh). Exits 77 (skipped) without a CUDA
- * worker. */
+ * test prints how many tasks of each codelet ran on the CUDA workers, and how many
+ * updates on each. With several CUDA workers the same bits are asked of updates spread
+ * over several GPUs: placement invariance across GPU counts.
+ * DOS_TEST_GPU_UPDATES=N fails it when fewer than N updates ran on any CUDA worker (the
+ * GPU simulator's lane asks for one, with one simulated GPU and with two:
+ * tests/gpusim_lane.sh). Exits 77 (skipped) without a CUDA worker. */
 #include <errno.h>
 
 #include "kernels.h"
@@ -93,6 +95,10 @@ static void submit(struct starpu_task *task, enum codelet c, uint32_t where, str
 	tasks[ntasks++] = task;
 }
 
+/* Updates run by each CUDA worker (by its rank among the CUDA workers) in the last run */
+#define MAX_CUDA_WORKERS STARPU_NMAXWORKERS
+static unsigned long updates_on_gpu[MAX_CUDA_WORKERS];
+
 /* One run; `cpu_only` restricts every task to the CPU workers. Counts, per codelet, the
  * tasks that ran on a CUDA worker. */
 static void run_steps(int cpu_only, unsigned long on_cuda[NCODELETS])
@@ -139,12 +145,17 @@ static void run_steps(int cpu_only, unsigned long on_cuda[NCODELETS])
 	}
 	CHECK(starpu_task_wait_for_all() == 0, "starpu_task_wait_for_all");
 	memset(on_cuda, 0, NCODELETS * sizeof on_cuda[0]);
+	memset(updates_on_gpu, 0, sizeof updates_on_gpu);
+	int cuda_ids[MAX_CUDA_WORKERS];
+	const unsigned ncuda = starpu_worker_get_ids_by_type(STARPU_CUDA_WORKER, cuda_ids, MAX_CUDA_WORKERS);
 	for (size_t i = 0; i < ntasks; i++) {
 		struct starpu_profiling_task_info *info = tasks[i]->profiling_info;
 		CHECK(info && info->workerid >= 0, "%s: no profiling information", tasks[i]->name);
 		if (starpu_worker_get_type(info->workerid) == STARPU_CUDA_WORKER)
 			for (int c = 0; c < NCODELETS; c++)
 				on_cuda[c] += strcmp(tasks[i]->name, codelet_names[c]) == 0;
+		for (unsigned g = 0; g < ncuda; g++)
+			updates_on_gpu[g] += cuda_ids[g] == info->workerid && strcmp(tasks[i]->name, "dos_adam") == 0;
 		starpu_task_destroy(tasks[i]);
 	}
 	for (size_t k = 0; k < NSUB; k++) {
@@ -222,14 +233,24 @@ int main(void)
 		CHECK(c == ADAM || on_cuda[c] >= NSUB / 2 * NSTEPS, "only %lu %s tasks ran on the CUDA worker",
 		      on_cuda[c], codelet_names[c]);
 	const char *wanted = getenv("DOS_TEST_GPU_UPDATES");
-	if (wanted && *wanted)
-		CHECK(on_cuda[ADAM] >= strtoul(wanted, NULL, 10),
-		      "%lu updates ran on the CUDA worker, DOS_TEST_GPU_UPDATES = %s", on_cuda[ADAM], wanted);
+	const unsigned ncuda = starpu_cuda_worker_get_count();
+	char per_gpu[256] = "";
+	size_t len = 0;
+	for (unsigned g = 0; g < ncuda; g++) {
+		if (wanted && *wanted)
+			CHECK(updates_on_gpu[g] >= strtoul(wanted, NULL, 10),
+			      "%lu updates ran on CUDA worker %u of %u, DOS_TEST_GPU_UPDATES = %s", updates_on_gpu[g],
+			      g, ncuda, wanted);
+		if (len < sizeof per_gpu)
+			len += (size_t)snprintf(per_gpu + len, sizeof per_gpu - len, "%s%lu", g ? " + " : "",
+						updates_on_gpu[g]);
+	}
 	char name[128];
 	starpu_worker_get_name(starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0), name, sizeof name);
-	printf("on %s: %lu of %d updates (as planned by dos), %lu statistics, %lu casts, %lu scales; %d subgroups "
-	       "x %d steps == the CPU workers' results == the scalar kernels\n",
-	       name, on_cuda[ADAM], NSUB * NSTEPS, on_cuda[STATS], on_cuda[CAST], on_cuda[SCALE], NSUB, NSTEPS);
+	printf("on %u x %s: %lu (%s) of %d updates (as planned by dos), %lu statistics, %lu casts, %lu scales; %d "
+	       "subgroups x %d steps == the CPU workers' results == the scalar kernels\n",
+	       ncuda, name, on_cuda[ADAM], per_gpu, NSUB * NSTEPS, on_cuda[STATS], on_cuda[CAST], on_cuda[SCALE], NSUB,
+	       NSTEPS);
 	starpu_shutdown();
 	return 0;
 }

@@ -215,7 +215,7 @@ EOF
 EOF
 	chmod +x "$prefix"/bin/* "$prefix"/cuda/bin/* "$prefix"/libexec/*
 
-	# The simulator's objects, with the two entry points our adapter wraps renamed.
+	# The simulator's objects, with the entry points our adapter replaces or wraps renamed.
 	objdir=$(compgen -G "$sim/src/build/gcc-*/cuda-*/release" | head -n 1)
 	[[ -n $objdir ]] || die "no object folder under $sim/src/build"
 	local objs=() o
@@ -225,6 +225,10 @@ EOF
 	done
 	objcopy --redefine-sym cudaGetDeviceProperties=gpgpusim_cudaGetDeviceProperties \
 		--redefine-sym cudaDeviceGetAttribute=gpgpusim_cudaDeviceGetAttribute \
+		--redefine-sym cudaGetDeviceCount=gpgpusim_cudaGetDeviceCount \
+		--redefine-sym cudaSetDevice=gpgpusim_cudaSetDevice \
+		--redefine-sym cudaGetDevice=gpgpusim_cudaGetDevice \
+		--redefine-sym cudaDeviceCanAccessPeer=gpgpusim_cudaDeviceCanAccessPeer \
 		"$objdir/libcuda/cuda_runtime_api.o" "$prefix/obj/cuda_runtime_api.o"
 	objs=("${objs[@]/$objdir\/libcuda\/cuda_runtime_api.o/$prefix/obj/cuda_runtime_api.o}")
 	gcc -c -O2 -fPIC -Wall -Wextra -I"$sim/cuda118/include" "$here/gpusim/device_props_118.c" \

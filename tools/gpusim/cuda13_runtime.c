@@ -5,6 +5,7 @@
  * StarPU's CUDA driver call, and says so on stderr when it answers for a missing feature. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device_props.h"
@@ -61,38 +62,110 @@ cudaError_t cudaHostUnregister(void *ptr)
 	return cudaSuccess;
 }
 
-/* One simulated device: no peer to copy to (StarPU refers to these, calls them only
- * between two GPUs). */
+/* Several devices: DOS_GPUSIM_DEVICES=N (default 1) makes the simulator answer as N
+ * devices, so that programs run with several CUDA workers (StarPU gives each its memory
+ * node, its transfers and its share of the tasks). They are one simulator underneath: the
+ * same memory (allocations never overlap, so each device's data stays apart) and the same
+ * execution, which is what a test of placement across GPUs wants. The simulator is not
+ * thread-safe across devices: drive them from one thread (STARPU_CUDA_THREAD_PER_DEV=0).
+ * No direct access between peers is offered, so StarPU stages copies between devices in
+ * host memory; a direct copy asked anyway is a copy within the one memory. */
+cudaError_t gpgpusim_cudaGetDeviceCount(int *count);
+
+static int simulated_devices(void)
+{
+	static int n;
+	if (n == 0) {
+		const char *s = getenv("DOS_GPUSIM_DEVICES");
+		long v = 1;
+		if (s && *s) {
+			char *end;
+			v = strtol(s, &end, 10);
+			if (*end || v < 1 || v > 16) {
+				fprintf(stderr, "gpusim: DOS_GPUSIM_DEVICES=%s: not a count of devices from 1 to 16\n",
+					s);
+				abort();
+			}
+		}
+		n = (int)v;
+	}
+	return n;
+}
+
+static __thread int current_device;
+
+cudaError_t cudaGetDeviceCount(int *count)
+{
+	int sim = 0;
+	cudaError_t err = gpgpusim_cudaGetDeviceCount(&sim); /* starts the simulator */
+	if (err != cudaSuccess)
+		return err;
+	*count = simulated_devices();
+	return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device)
+{
+	if (device < 0 || device >= simulated_devices())
+		return cudaErrorInvalidDevice;
+	current_device = device;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device)
+{
+	*device = current_device;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
+{
+	if (device < 0 || device >= simulated_devices() || peer < 0 || peer >= simulated_devices())
+		return cudaErrorInvalidDevice;
+	*can = 0;
+	return cudaSuccess;
+}
+
+static cudaError_t peer_devices_ok(int dst_device, int src_device)
+{
+	const int n = simulated_devices();
+	return dst_device < 0 || dst_device >= n || src_device < 0 || src_device >= n ? cudaErrorInvalidDevice
+										      : cudaSuccess;
+}
+
 cudaError_t cudaMemcpyPeer(void *dst, int dst_device, const void *src, int src_device, size_t bytes)
 {
-	(void)dst, (void)dst_device, (void)src, (void)src_device, (void)bytes;
-	return cudaErrorInvalidDevice;
+	cudaError_t err = peer_devices_ok(dst_device, src_device);
+	return err != cudaSuccess ? err : cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
 }
 
 cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_device, const void *src, int src_device, size_t bytes,
 				cudaStream_t stream)
 {
-	(void)dst, (void)dst_device, (void)src, (void)src_device, (void)bytes, (void)stream;
-	return cudaErrorInvalidDevice;
+	cudaError_t err = peer_devices_ok(dst_device, src_device);
+	return err != cudaSuccess ? err : cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
 }
 
+/* StarPU refers to these, and calls them only for 3D data, which we never register. */
 cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
 {
 	(void)p;
-	return cudaErrorInvalidDevice;
+	return cudaErrorNotSupported;
 }
 
 cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream)
 {
 	(void)p, (void)stream;
-	return cudaErrorInvalidDevice;
+	return cudaErrorNotSupported;
 }
 
 /* CUDA 13's cudaDeviceProp differs in layout from the CUDA 11.8 one the simulator fills. */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
+	if (device < 0 || device >= simulated_devices())
+		return cudaErrorInvalidDevice;
 	struct dos_gpusim_props p;
-	cudaError_t err = (cudaError_t)dos_gpusim_device_props(device, &p);
+	cudaError_t err = (cudaError_t)dos_gpusim_device_props(0, &p);
 	if (err != cudaSuccess)
 		return err;
 	memset(prop, 0, sizeof *prop);
@@ -103,6 +176,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 #define DOS_GPUSIM_COPY(type, field) prop->field = p.field;
 	DOS_GPUSIM_PROP_FIELDS(DOS_GPUSIM_COPY)
 #undef DOS_GPUSIM_COPY
+	prop->pciBusID += device; /* tell the simulated devices apart */
 	prop->hostNumaId = -1;
 	return cudaSuccess;
 }
@@ -112,12 +186,14 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
  * unknown attribute is reported as not supported. */
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
+	if (device < 0 || device >= simulated_devices())
+		return cudaErrorInvalidDevice;
 	if (attr == cudaDevAttrComputeMode) {
 		*value = cudaComputeModeDefault;
 		return cudaSuccess;
 	}
 	if (attr >= 1 && attr <= 89 && attr != 44)
-		return gpgpusim_cudaDeviceGetAttribute(value, attr, device);
+		return gpgpusim_cudaDeviceGetAttribute(value, attr, 0);
 	fprintf(stderr, "gpusim: cudaDeviceGetAttribute(%d): not known to the simulator\n", (int)attr);
 	return cudaErrorNotSupported;
 }
