@@ -602,10 +602,9 @@ static int home_is_gpu(starpu_data_handle_t h)
 	return node_is_gpu(starpu_data_get_home_node(h));
 }
 
-static int home_is_host(starpu_data_handle_t h)
+static int node_is_host(int node)
 {
-	int home = starpu_data_get_home_node(h);
-	return home >= 0 && starpu_node_get_kind((unsigned)home) == STARPU_CPU_RAM;
+	return node >= 0 && starpu_node_get_kind((unsigned)node) == STARPU_CPU_RAM;
 }
 
 /* Whether an update input is on a GPU when the update is planned, for the link costs:
@@ -616,9 +615,9 @@ static int home_is_host(starpu_data_handle_t h)
  * dos-train on a 9000 MiB h100-pcie5 (1b, bf16) took 0.3153 s a step against 0.2635, and
  * on 4 GPUs 0.0586 against 0.0387 (results/task-costs-sim-2026-12-04.md). Its memory is
  * still the application's (home_is_gpu above). */
-static int made_on_gpu(const struct policy *p, starpu_data_handle_t h)
+static int made_on_gpu(const struct policy *p, int home)
 {
-	return home_is_gpu(h) || (starpu_data_get_home_node(h) < 0 && p->ngpus > 0);
+	return node_is_gpu(home) || (home < 0 && p->ngpus > 0);
 }
 
 static void dispatch_released(struct policy *p, struct starpu_task_list *release, unsigned sched_ctx);
@@ -1010,15 +1009,14 @@ static void step_costs(struct policy *p, const struct step_tasks *s, unsigned sc
 	struct starpu_task *first = s->tasks[0];
 	struct _dos_update_view u = s->views[0];
 	enum dos_dtype wt = u.weight_dtype;
+	const int *home = u.input_home; /* the first update's inputs stand for all */
 	struct dos_data_homes homes = {
 		.grad_bytes_per_param = (double)dos_dtype_size(u.grad_dtype),
 		.weight_bytes_per_param = wt == DOS_FP32 ? 0.0 : 2.0,
-		.grads_on_gpu = made_on_gpu(p, _dos_update_handle(first, &u, DOS_ADAM_BUF_GRAD)),
-		.weights_on_gpu =
-			wt != DOS_FP32 && made_on_gpu(p, _dos_update_handle(first, &u, DOS_ADAM_BUF_WEIGHT16)),
-		.grads_homed_on_host = home_is_host(_dos_update_handle(first, &u, DOS_ADAM_BUF_GRAD)),
-		.weights_homed_on_host =
-			wt != DOS_FP32 && home_is_host(_dos_update_handle(first, &u, DOS_ADAM_BUF_WEIGHT16)),
+		.grads_on_gpu = made_on_gpu(p, home[DOS_ADAM_BUF_GRAD]),
+		.weights_on_gpu = wt != DOS_FP32 && made_on_gpu(p, home[DOS_ADAM_BUF_WEIGHT16]),
+		.grads_homed_on_host = node_is_host(home[DOS_ADAM_BUF_GRAD]),
+		.weights_homed_on_host = wt != DOS_FP32 && node_is_host(home[DOS_ADAM_BUF_WEIGHT16]),
 	};
 	double now = starpu_timing_now() * 1e-6;
 	for (int k = 0; k < p->ngpus; k++)
