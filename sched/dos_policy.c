@@ -28,7 +28,8 @@
  *    application tasks queued behind it (the end of backward), instead of holding them up.
  * The tasks that create a fresh run's state (codelets/init_state.c) run where the first
  * plan will find it useful: on the GPU for the state it will keep there, else on the GPU
- * with the state written home at once (place_state_init).
+ * with the state written home at once (one GPU) or on the CPU (several GPUs:
+ * place_state_init).
  * docs/policy.md explains the algorithm.
  * The policy names select the placement rule: "dos" (the plan above), "all-cpu"
  * (ZeRO-Offload), "stride" (the DOS prototype: every k-th subgroup, k = DOS_STRIDE_K,
@@ -1769,9 +1770,16 @@ static int is_state_init(const struct starpu_task *task)
  * simulated 4-GPU 1b bf16 iteration 0.131 s against 0.089 from host memory; in runs,
  * 0.0380 s steady and 0.082 s first against 0.0387 and 0.388 from host memory
  * (results/state-by-tasks-multigpu-sim-2026-12-04.md). Without an announcement (or
- * without GPUs) the CPU makes it, in host memory as --state-on-host would. Returns the
- * worker type (-1: any), in *gpu_node the chosen GPU's memory node (-1: none), and in
- * *goes_home whether the state is written home after the task. */
+ * without GPUs) the CPU makes it, in host memory as --state-on-host would. With several
+ * GPUs the state beyond a GPU's budget is made by the CPU too: written home by every GPU
+ * at once, it crossed links the GPUs share in pairs while the first forward moved
+ * activations between them (simulated 1b bf16, 4 h100-pcie5 of 6000 MiB: first iteration
+ * 0.1244 s, steady 0.0738, against 0.2424 and 0.0928 through the GPUs; every multi-GPU
+ * case measured gained: results/state-init-tight-multigpu-sim-2026-12-04.md). With one
+ * GPU the two are even (steady, made on the CPU against through the GPU: 9000 MiB 0.2676 s
+ * against 0.2644, 6000 MiB 0.4318 against 0.4455) and the state goes home through the GPU.
+ * Returns the worker type (-1: any), in *gpu_node the chosen GPU's memory node (-1: none),
+ * and in *goes_home whether the state is written home after the task. */
 static int place_state_init(struct policy *p, struct starpu_task *task, unsigned sched_ctx, int *gpu_node,
 			    int *goes_home)
 {
@@ -1808,6 +1816,10 @@ static int place_state_init(struct policy *p, struct starpu_task *task, unsigned
 	if (_dos_gpu_budget_bytes((unsigned)g->node, reserve) - g->born_state_bytes >= bytes) {
 		g->born_state_bytes += bytes;
 		p->state_inits_on_gpu++;
+	} else if (p->ngpus > 1) {
+		*gpu_node = -1;
+		p->state_inits_on_cpu++;
+		return STARPU_CPU_WORKER;
 	} else {
 		p->state_inits_home_via_gpu++;
 		*goes_home = 1;
