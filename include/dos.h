@@ -316,8 +316,8 @@ int dos_sched_register_update_codelet(const char *name_pattern, int grad, int m,
 int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);
 
 /* Declares the GPU memory the application's own tasks in `sched_ctx` keep during an
- * iteration (weights, gradients and the peak of activations: what forward and backward
- * will need), which the dos plan then leaves free for them; it replaces the previous
+ * iteration on each GPU of the context (weights, gradients and the peak of activations:
+ * what forward and backward will need there), which the dos plan then leaves free for them; it replaces the previous
  * declaration, and DOS_GPU_RESERVE_MIB adds to it. The training graph (graph/train.c)
  * declares its own from the model's shape. The declaration is a floor: the policy also
  * measures what the application's GPU tasks in `sched_ctx` keep live over each
