@@ -1773,8 +1773,8 @@ static int is_state_init(const struct starpu_task *task)
  * without GPUs) the CPU makes it, in host memory as --state-on-host would. With several
  * GPUs the state beyond a GPU's budget is made by the CPU too: written home by every GPU
  * at once, it crossed links the GPUs share in pairs while the first forward moved
- * activations between them (simulated 1b bf16, 4 h100-pcie5 of 6000 MiB: first iteration
- * 0.1244 s, steady 0.0738, against 0.2424 and 0.0928 through the GPUs; every multi-GPU
+ * activations between them (simulated 1b bf16, 4 h100-pcie5 of 3000 MiB: first iteration
+ * 0.2697 s, steady 0.2034, against 0.3980 and 0.2511 through the GPUs; every multi-GPU
  * case measured gained: results/state-init-tight-multigpu-sim-2026-12-04.md). With one
  * GPU the two are even (steady, made on the CPU against through the GPU: 9000 MiB 0.2676 s
  * against 0.2644, 6000 MiB 0.4318 against 0.4455) and the state goes home through the GPU.
