@@ -15,6 +15,7 @@
 #include "errors.h"
 #include "host_memory.h"
 #include "numerics.h"
+#include "rates.h"
 #include "train.h"
 
 /* StarPU's clock: simulated time under SimGrid, real time otherwise. */
@@ -98,22 +99,6 @@ static int submit_evaluation(const struct dos_train_config *cfg, struct dos_corp
 	return 0;
 }
 
-/* The GPUs the tasks of `ctx` spread over: its CUDA workers' memory nodes. */
-static unsigned context_gpus(unsigned ctx)
-{
-	unsigned char seen[STARPU_MAXNODES] = {0};
-	unsigned gpus = 0;
-	for (unsigned w = 0; w < starpu_worker_get_count(); w++) {
-		if (starpu_worker_get_type((int)w) != STARPU_CUDA_WORKER ||
-		    !starpu_sched_ctx_contains_worker((int)w, ctx))
-			continue;
-		unsigned node = starpu_worker_get_memory_node(w);
-		gpus += !seen[node];
-		seen[node] = 1;
-	}
-	return gpus;
-}
-
 /* Tells a starpu-dos policy what the iteration keeps on each GPU besides the optimizer's
  * state: the model's working weights (throughout) and a micro-batch's activations at
  * their peak (two when micro-batches of a step may run side by side), spread over the
@@ -136,9 +121,10 @@ static void declare_gpu_memory(const struct dos_train_config *cfg, const struct 
 	double weights = (double)dos_dtype_size(model->dtype) * (double)model->nparams;
 	double activations = (double)_dos_model_activation_bytes(&model->shape, model->batch, model->dtype,
 								 model->checkpoint_activations);
-	unsigned gpus = context_gpus(cfg->sched_ctx);
+	unsigned nodes[STARPU_MAXNODES];
+	int gpus = _dos_context_gpu_nodes(cfg->sched_ctx, nodes, STARPU_MAXNODES);
 	dos_sched_reserve_gpu_bytes(cfg->sched_ctx,
-				    (weights + activations * (cfg->accumulation > 1 ? 2 : 1)) / (gpus ? gpus : 1));
+				    (weights + activations * (cfg->accumulation > 1 ? 2 : 1)) / (gpus > 0 ? gpus : 1));
 }
 
 static int check_config(const struct dos_train_config *c)
