@@ -1595,7 +1595,10 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 		p->plan_where = malloc((size_t)s->n * sizeof *p->plan_where);
 		p->plan_gpu_of = malloc((size_t)s->n);
 		p->plan_place = malloc((size_t)s->n * sizeof *p->plan_place);
-		STARPU_ASSERT_MSG(p->plan_sg && p->plan_where && p->plan_gpu_of && p->plan_place,
+		/* the last plan's placements, read by this one (learn_from_evictions), grow with
+		 * the others: the two placement arrays trade places after each plan */
+		p->last_place = realloc(p->last_place, (size_t)s->n * sizeof *p->last_place);
+		STARPU_ASSERT_MSG(p->plan_sg && p->plan_where && p->plan_gpu_of && p->plan_place && p->last_place,
 				  "out of memory planning %d subgroups", s->n);
 		p->plan_cap = s->n;
 	}
@@ -1619,13 +1622,10 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	pin_resident_state(p, s, place, gpu_of);
 	report_plan(p, s->step, sg, s->n, place, gpu_of, ngpu, &m, &pool, calibrated);
 	s->planned = 1;
-	/* this plan's placements become the last plan's; the last's array, the next plan's
-	 * (realloc: it may be from before plan_cap grew) */
-	enum dos_placement *spare = p->last_place;
+	/* this plan's placements become the last plan's; the last's array, the next plan's */
+	p->plan_place = p->last_place;
 	p->last_place = place;
 	p->last_n = s->n;
-	p->plan_place = realloc(spare, (size_t)p->plan_cap * sizeof *place);
-	STARPU_ASSERT_MSG(p->plan_place, "out of memory planning %d subgroups", p->plan_cap);
 	p->stats.plan_seconds += seconds_now() - t0;
 	p->stats.plans++;
 }
