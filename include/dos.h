@@ -317,13 +317,15 @@ int dos_sched_get_stats(unsigned sched_ctx, struct dos_sched_stats *out);
 
 /* Declares the GPU memory the application's own tasks in `sched_ctx` keep during an
  * iteration on each GPU of the context (weights, gradients and the peak of activations:
- * what forward and backward will need there), which the dos plan then leaves free for them; it replaces the previous
- * declaration, and DOS_GPU_RESERVE_MIB adds to it. The training graph (graph/train.c)
- * declares its own from the model's shape. The declaration is a floor: the policy also
- * measures what the application's GPU tasks in `sched_ctx` keep live over each
- * iteration and plans with the larger of the two (DOS_GPU_FORECAST=declared: the
- * declaration alone; DOS_GPU_DECLARED_MIB replaces the declaration; docs/policy.md). Errors: -EINVAL for a negative or
- * non-finite `bytes`, StarPU not running, or a context that does not exist or is not run by one of our policies. */
+ * what forward and backward will need there), which the dos plan then leaves free for
+ * them; it replaces the previous declaration, and DOS_GPU_RESERVE_MIB adds to it. The
+ * training graph (graph/train.c) declares its own from the model's shape. The
+ * declaration is a floor: the policy also measures what the application's GPU tasks in
+ * `sched_ctx` keep live over each iteration and plans with the larger of the two
+ * (DOS_GPU_FORECAST=declared: the declaration alone; DOS_GPU_DECLARED_MIB replaces the
+ * declaration; docs/policy.md). Errors: -EINVAL for a negative or non-finite `bytes`,
+ * StarPU not running, or a context that does not exist or is not run by one of our
+ * policies. */
 int dos_sched_reserve_gpu_bytes(unsigned sched_ctx, double bytes);
 
 /* ---- Embedding the optimizer in a StarPU application ----------------------------------
