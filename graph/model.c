@@ -161,7 +161,7 @@ uint64_t _dos_model_activation_bytes(const struct dos_model_shape *s, uint32_t b
 }
 
 int _dos_model_create(struct dos_model *out, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
-		      enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx)
+		      enum dos_dtype dtype, int checkpoint_activations, int on_cpu, unsigned sched_ctx)
 {
 	int err;
 	if (!out)
@@ -183,6 +183,10 @@ int _dos_model_create(struct dos_model *out, const struct dos_model_shape *shape
 				batch, shape->seq_len, widest);
 	if ((err = _dos_check_sched_ctx(__func__, "sched_ctx", sched_ctx)))
 		return err;
+	if (on_cpu && starpu_cpu_worker_get_count() == 0)
+		return DOS_FAIL(-EINVAL,
+				"model_on_cpu: StarPU has no CPU worker to run forward and backward (STARPU_NCPU = %s)",
+				getenv("STARPU_NCPU") ? getenv("STARPU_NCPU") : "unset");
 	/* built aside and copied out at the end: a refused or failed call leaves *out as it was */
 	struct dos_model model = {0}, *m = &model;
 	m->shape = *shape;
@@ -208,10 +212,12 @@ int _dos_model_create(struct dos_model *out, const struct dos_model_shape *shape
 		_dos_host_free(m->weights, m->nparams * es, m->weights_pinned);
 		goto fail;
 	}
-	/* as in real training, forward and backward run on the GPU when there is one */
-	m->gpu_only = starpu_cuda_worker_get_count() > 0;
-	/* whose products need StarPU's cuBLAS handles: without them every GPU product aborts */
-	_dos_model_codelets_prepare();
+	/* as in real training, forward and backward run on the GPU when there is one, unless
+	 * asked to stay on the CPU; the GPU's products need StarPU's cuBLAS handles (without
+	 * them every GPU product aborts), which the CPU's do not */
+	m->where = on_cpu ? STARPU_CPU : starpu_cuda_worker_get_count() > 0 ? STARPU_CUDA : 0;
+	if (m->where != STARPU_CPU)
+		_dos_model_codelets_prepare();
 	uint64_t offset = 0;
 	for (uint32_t t = 0; t < m->ntensors; t++) {
 		starpu_vector_data_register(&m->weight[t], STARPU_MAIN_RAM,
@@ -287,8 +293,8 @@ static void submit(struct dos_model *m, enum _dos_task_phase phase, struct starp
 	/* so that traces, timelines and dos-train's accounting tell evaluation from training */
 	if (m->evaluating)
 		task->name = "dos_eval";
-	if (m->gpu_only)
-		task->where = STARPU_CUDA;
+	if (m->where)
+		task->where = m->where;
 	task->nbuffers = nbuffers;
 	for (int i = 0; i < nbuffers; i++) {
 		task->handles[i] = buffers[i].handle;

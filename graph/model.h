@@ -35,7 +35,7 @@ struct dos_model {
 	struct dos_model_shape shape;
 	uint32_t batch;             /* sequences per micro-batch */
 	int checkpoint_activations; /* keep only layer inputs; recompute the rest in backward */
-	int gpu_only;               /* forward and backward tasks run on CUDA workers (there are some) */
+	uint32_t where; /* forward and backward tasks run on STARPU_CUDA or STARPU_CPU workers only; 0: any */
 	/* the compute dtype: of the working weights, the activations and the activation
 	 * gradients; in fp16/bf16 the kernels compute in fp32 inside and round their outputs
 	 * once (codelets/model_kernels.h). Weight gradients are fp32 in every dtype. */
@@ -85,12 +85,13 @@ struct dos_init_layout _dos_model_init_layout(const struct dos_model_shape *shap
 
 /* After starpu_init: allocates and registers the parameters, initialised from `seed` (in
  * 16 bits: those values rounded to nearest even, as the optimizer's weight refresh rounds
- * its fp32 master weights). Errors: those of _dos_model_shape_check, -EINVAL for a NULL
- * model, batch 0, a dtype that is not fp32, fp16 or bf16, activations beyond a 32-bit
- * vector, or a scheduling context that does not exist; -ENOMEM naming what could not be
- * allocated. *model is left untouched then. */
+ * its fp32 master weights). Forward and backward run on the GPUs when there are some,
+ * on the CPU workers alone with on_cpu. Errors: those of _dos_model_shape_check, -EINVAL
+ * for a NULL model, batch 0, a dtype that is not fp32, fp16 or bf16, activations beyond a
+ * 32-bit vector, a scheduling context that does not exist, or on_cpu without a CPU
+ * worker; -ENOMEM naming what could not be allocated. *model is left untouched then. */
 int _dos_model_create(struct dos_model *model, const struct dos_model_shape *shape, uint32_t batch, uint64_t seed,
-		      enum dos_dtype dtype, int checkpoint_activations, unsigned sched_ctx);
+		      enum dos_dtype dtype, int checkpoint_activations, int on_cpu, unsigned sched_ctx);
 /* Waits for the model's tasks, unregisters and frees (model->weights is up to date). */
 void _dos_model_destroy(struct dos_model *model);
 

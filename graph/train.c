@@ -277,7 +277,7 @@ static int start_run(const struct dos_train_config *cfg, struct run *r)
 	r->have_corpus = !err;
 	if (!err && !(err = hold_out(r)) &&
 	    !(err = _dos_model_create(&r->model, &cfg->shape, cfg->micro_batch, cfg->seed, cfg->opt.weight_dtype,
-				      cfg->checkpoint_activations, cfg->sched_ctx))) {
+				      cfg->checkpoint_activations, cfg->model_on_cpu, cfg->sched_ctx))) {
 		r->have_model = 1;
 		/* before the optimizer: the policy places the tasks that create its state
 		 * from the room the application leaves on the GPU */

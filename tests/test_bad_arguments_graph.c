@@ -66,17 +66,17 @@ static void shape_and_model(void)
 
 	struct dos_model model;
 	memset(&model, 0xa5, sizeof model);
-	expect(_dos_model_create(NULL, &tiny, 1, 1, DOS_FP32, 0, 0), -EINVAL, "model is NULL");
-	expect(_dos_model_create(&model, NULL, 1, 1, DOS_FP32, 0, 0), -EINVAL, "shape is NULL");
+	expect(_dos_model_create(NULL, &tiny, 1, 1, DOS_FP32, 0, 0, 0), -EINVAL, "model is NULL");
+	expect(_dos_model_create(&model, NULL, 1, 1, DOS_FP32, 0, 0, 0), -EINVAL, "shape is NULL");
 	s = tiny, s.vocab = 0;
-	expect(_dos_model_create(&model, &s, 1, 1, DOS_FP32, 0, 0), -EINVAL, "model vocab = 0");
-	expect(_dos_model_create(&model, &tiny, 0, 1, DOS_FP32, 0, 0), -EINVAL, "micro-batch = 0");
+	expect(_dos_model_create(&model, &s, 1, 1, DOS_FP32, 0, 0, 0), -EINVAL, "model vocab = 0");
+	expect(_dos_model_create(&model, &tiny, 0, 1, DOS_FP32, 0, 0, 0), -EINVAL, "micro-batch = 0");
 	/* 2^20 sequences of 16 tokens: 2^32 logits, one more than a StarPU vector holds */
-	expect(_dos_model_create(&model, &tiny, 1u << 20, 1, DOS_BF16, 0, 0), -EINVAL,
+	expect(_dos_model_create(&model, &tiny, 1u << 20, 1, DOS_BF16, 0, 0, 0), -EINVAL,
 	       "micro-batch = 1048576 sequences of 16 tokens: activations of 4294967296 elements");
-	expect(_dos_model_create(&model, &tiny, 1, 1, (enum dos_dtype)7, 0, 0), -EINVAL,
+	expect(_dos_model_create(&model, &tiny, 1, 1, (enum dos_dtype)7, 0, 0, 0), -EINVAL,
 	       "model dtype = 7 is not fp32, fp16 or bf16");
-	expect(_dos_model_create(&model, &tiny, 1, 1, DOS_FP16, 0, 7), -EINVAL,
+	expect(_dos_model_create(&model, &tiny, 1, 1, DOS_FP16, 0, 0, 7), -EINVAL,
 	       "sched_ctx = 7 is not a scheduling context");
 	EXPECT_UNTOUCHED(model, 0xa5, "_dos_model_create");
 }

@@ -110,7 +110,7 @@ static void eval_equals_training_forward(const char *path, enum dos_dtype dtype,
 {
 	struct dos_model_shape shape = {.vocab = 256, .hidden = 32, .heads = 4, .ffn = 64, .layers = 2, .seq_len = T};
 	struct dos_model m;
-	CHECK(_dos_model_create(&m, &shape, B, 11, dtype, checkpoint, 0) == 0, "%s", dos_last_error());
+	CHECK(_dos_model_create(&m, &shape, B, 11, dtype, checkpoint, 0, 0) == 0, "%s", dos_last_error());
 	struct dos_corpus c;
 	uint32_t batches;
 	CHECK(_dos_corpus_load(&c, path, T, 7) == 0 && _dos_corpus_hold_out(&c, 0.2, B, T, &batches) == 0, "%s",

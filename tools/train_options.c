@@ -34,6 +34,9 @@ static void usage(FILE *f)
 		   "  --preset NAME        tiny, small (default), 1b, 7b, 13b, 20b\n"
 		   "  --vocab N --hidden N --heads N --ffn N --layers N --seq-len N   override the shape\n"
 		   "  --checkpoint-activations   keep only layer inputs; recompute in backward\n"
+		   "  --model-on-cpu       forward and backward on CPU workers, GPUs or not (the\n"
+		   "                       optimizer's updates still go where the policy puts them);\n"
+		   "                       no cuBLAS handles are made. Same results either way\n"
 		   "training:\n"
 		   "  --steps N            optimizer steps\n"
 		   "  --micro-batch N      sequences per micro-batch\n"
@@ -189,6 +192,7 @@ enum {
 	O_RESUME,
 	O_STATE_BY_TASKS,
 	O_STATE_ON_HOST,
+	O_MODEL_ON_CPU,
 	O_DP_EXCHANGE,
 	O_HELP,
 	O_END
@@ -236,6 +240,7 @@ static const struct option options[] = {
 	OPTION(O_RESUME, "resume", 0),
 	OPTION(O_STATE_BY_TASKS, "state-by-tasks", 0),
 	OPTION(O_STATE_ON_HOST, "state-on-host", 0),
+	OPTION(O_MODEL_ON_CPU, "model-on-cpu", 0),
 	OPTION(O_DP_EXCHANGE, "dp-exchange", 1),
 	OPTION(O_HELP, "help", 0),
 	[O_END - O_FIRST] = {NULL, 0, NULL, 0},
@@ -257,7 +262,8 @@ static const struct {
 		    {"loss_scale_init", "--loss-scale"},
 		    {"subgroup_size", "--subgroup-size"},
 		    {"eval_fraction", "--eval-fraction"},
-		    {"eval_every", "--eval-every"}};
+		    {"eval_every", "--eval-every"},
+		    {"model_on_cpu", "--model-on-cpu"}};
 
 void dos_train_print_library_error(FILE *err)
 {
@@ -456,6 +462,9 @@ int dos_train_parse_options(int argc, char **argv, struct train_options *out, FI
 			break;
 		case O_STATE_ON_HOST:
 			cfg->state_on_host = 1;
+			break;
+		case O_MODEL_ON_CPU:
+			cfg->model_on_cpu = 1;
 			break;
 		case O_SIMULATE:
 			/* dos-train's SimGrid build applies it before main (simulate_from_command_line) */
