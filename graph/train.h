@@ -30,7 +30,7 @@ struct dos_train_config {
 	/* 1: forward and backward run on CPU workers even where there are GPUs (the
 	 * optimizer's updates still go where the policy puts them; the same results); 0 (the
 	 * default): on the GPUs when there are some. The GPU simulator, which cannot run
-	 * cuBLAS, trains this way (tests/gpusim_dos_train.sh) */
+	 * cuBLAS, trains this way (tests/gpusim_training.sh) */
 	int model_on_cpu;
 	const char *data_path;
 	/* held-out data: the last eval_fraction (0: none, else in (0, 0.5]) of the corpus is
