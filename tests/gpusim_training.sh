@@ -21,9 +21,14 @@ fail() {
 # same_bits_on_gpus NAME COUNTS PROGRAM ARGS...: PROGRAM ARGS --dump FILE on the CPU
 # workers alone and on the simulated GPUs must write the same bytes; COUNTS is a sed
 # expression that turns the GPU run's output into "ON_CPU ON_GPU", its update counts.
+# Each program starts without the codelet timings the one before it measured (the lane's
+# StarPU home keeps only the bus's): measured on the simulator, they tell the dos policy
+# that the GPU is a thousand times slower than it is, and it put none of dos-train's
+# updates on two GPUs after tile_app and another dos-train had run.
 same_bits_on_gpus() {
 	name=$1 counts=$2
 	shift 2
+	rm -rf "${STARPU_HOME:?STARPU_HOME: set by tests/gpusim_lane.sh}/.starpu/sampling/codelets"
 	STARPU_NCUDA=0 "$@" --dump "$name-cpu.bin" >"$name-cpu.log" 2>&1 ||
 		fail "$name, CPU-only run: $(tail -n 5 "$name-cpu.log")"
 	DOS_SCHED_VERBOSE=2 "$@" --dump "$name-gpu.bin" >"$name-gpu.log" 2>&1 ||
