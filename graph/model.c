@@ -50,26 +50,48 @@ int _dos_model_shape_check(const struct dos_model_shape *s)
 	return 0;
 }
 
-/* Elements of tensor t, in flat order (_dos_model_tensor_count). */
-static uint64_t tensor_numel(const struct dos_model_shape *s, uint32_t t)
+/* What tensor t is, in flat order (_dos_model_tensor_count): the one place that decodes
+ * the order, for the tensors' sizes and their initial values. */
+enum tensor_kind { TOKEN_EMBEDDING, POSITIONS, NORM, QKV, ATTENTION_OUT, MLP, HEAD };
+
+static enum tensor_kind tensor_kind(const struct dos_model_shape *s, uint32_t t)
 {
-	uint64_t d = s->hidden, F = s->ffn, V = s->vocab, T = s->seq_len;
 	uint32_t layers_end = DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers;
 	if (t == DOS_T_TOK_EMB)
-		return V * d;
+		return TOKEN_EMBEDDING;
 	if (t == DOS_T_POS_EMB)
-		return T * d;
+		return POSITIONS;
 	if (t >= layers_end)
-		return t == layers_end ? d : V * d; /* the final norm, the head */
+		return t == layers_end ? NORM : HEAD; /* the final norm, the head */
 	switch ((t - DOS_T_LAYER0) % DOS_T_PER_LAYER) {
 	case DOS_T_QKV:
-		return 3 * d * d;
+		return QKV;
 	case DOS_T_O:
-		return d * d;
+		return ATTENTION_OUT;
 	case DOS_T_FC1:
 	case DOS_T_FC2:
-		return F * d;
+		return MLP;
 	default: /* DOS_T_LN1, DOS_T_LN2 */
+		return NORM;
+	}
+}
+
+static uint64_t tensor_numel(const struct dos_model_shape *s, uint32_t t)
+{
+	uint64_t d = s->hidden;
+	switch (tensor_kind(s, t)) {
+	case TOKEN_EMBEDDING:
+	case HEAD:
+		return (uint64_t)s->vocab * d;
+	case POSITIONS:
+		return (uint64_t)s->seq_len * d;
+	case QKV:
+		return 3 * d * d;
+	case ATTENTION_OUT:
+		return d * d;
+	case MLP:
+		return (uint64_t)s->ffn * d;
+	default: /* NORM */
 		return d;
 	}
 }
@@ -86,16 +108,6 @@ uint64_t _dos_model_param_count(const struct dos_model_shape *s, uint64_t *numel
 	return total;
 }
 
-static int is_norm_weight(const struct dos_model_shape *s, uint32_t t)
-{
-	if (t == DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers)
-		return 1; /* lnf */
-	if (t < DOS_T_LAYER0 || t >= DOS_T_LAYER0 + DOS_T_PER_LAYER * s->layers)
-		return 0;
-	uint32_t k = (t - DOS_T_LAYER0) % DOS_T_PER_LAYER;
-	return k == DOS_T_LN1 || k == DOS_T_LN2;
-}
-
 void _dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, float *flat)
 {
 	uint32_t ntensors = _dos_model_tensor_count(s);
@@ -103,8 +115,9 @@ void _dos_model_init_weights(const struct dos_model_shape *s, uint64_t seed, flo
 	uint64_t rng = seed;
 	for (uint32_t t = 0; t < ntensors; t++) {
 		uint64_t numel = tensor_numel(s, t); /* not an array of them: 100,000 layers would not fit a stack */
+		int norm = tensor_kind(s, t) == NORM;
 		for (uint64_t i = 0; i < numel; i++) {
-			if (is_norm_weight(s, t)) {
+			if (norm) {
 				*flat++ = 1.0f;
 				continue;
 			}
