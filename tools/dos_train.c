@@ -1258,7 +1258,7 @@ static int train_main(int argc, char **argv)
 		fprintf(stderr, "dos-train: %s\n", dos_last_error());
 		status = 128 + (stop_signal ? stop_signal : SIGTERM);
 	} else if (err) {
-		fprintf(stderr, "dos-train: %s\n", dos_last_error());
+		dos_train_print_library_error(stderr); /* naming the options, not the library's fields */
 		status =
 			err == -EINVAL || err == -ENOENT || err == -EISDIR || err == -EEXIST || err == -ENOTDIR ? 2 : 1;
 	} else {
