@@ -113,11 +113,11 @@ static int submit_evaluation(const struct dos_train_config *cfg, struct dos_corp
  * 16-bit weights (from their update to the refresh), which the optimizer drops once used.
  * Declared for the whole iteration they would keep from the optimizer's state up to 8 B
  * per parameter that the application never holds at once. Other policies have nothing to
- * be told, nor has dos of a model that runs on the CPU (model_on_cpu). */
+ * be told, nor has dos of a model whose tasks do not run on the GPUs (no GPU, or
+ * model_on_cpu). */
 static void declare_gpu_memory(const struct dos_train_config *cfg, const struct dos_model *model)
 {
-	if (starpu_cuda_worker_get_count() == 0 || model->where == STARPU_CPU ||
-	    !_dos_sched_ctx_is_ours(cfg->sched_ctx))
+	if (model->where != STARPU_CUDA || !_dos_sched_ctx_is_ours(cfg->sched_ctx))
 		return;
 	double weights = (double)dos_dtype_size(model->dtype) * (double)model->nparams;
 	double activations = (double)_dos_model_activation_bytes(&model->shape, model->batch, model->dtype,

@@ -863,8 +863,6 @@ static int start_starpu(struct train_options *o, int *argc, char ***argv, struct
 		shutdown_runtime(&cfg->dp);
 		return 2;
 	}
-	if (!cfg->model_on_cpu) /* the model's products on the GPUs: cuBLAS, on StarPU's streams */
-		starpu_cublas_init();
 	return 0;
 }
 
