@@ -1586,6 +1586,7 @@ static void plan_step(struct policy *p, struct step_tasks *s, unsigned sched_ctx
 	STARPU_ASSERT_MSG(s->n <= MAX_STEP_UPDATES, "a step of %d updates: the dos policy plans at most %d", s->n,
 			  MAX_STEP_UPDATES);
 	find_gpus(p, sched_ctx);
+	_dos_queues_next_generation(&p->queues);
 	if (s->n > p->plan_cap) {
 		free(p->plan_sg);
 		free(p->plan_where);

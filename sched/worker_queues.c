@@ -9,6 +9,7 @@
  * write. Placement reads other workers' counters without their locks: an estimate, as in
  * dmda. */
 #include <math.h>
+#include <string.h>
 
 #include <starpu.h>
 #include <starpu_scheduler.h>
@@ -23,6 +24,8 @@ void _dos_queues_init(struct dos_worker_queues *q, int (*planned)(const struct s
 		q->of[w].queued_us = q->of[w].running_end_us = 0;
 	}
 	q->planned = planned;
+	memset(q->last_gpu, 0, sizeof q->last_gpu);
+	q->generation = 0;
 	STARPU_PTHREAD_MUTEX_INIT(&q->parallel_lock, NULL);
 }
 
@@ -148,6 +151,81 @@ static int can_run(int w, struct starpu_task *task, int only_type, unsigned *imp
 	return 0;
 }
 
+/* ---- the GPU a repeated task used last ------------------------------------------------ */
+
+/* A training iteration submits the same tasks every step, on the same data. Placed by
+ * earliest finish alone, with every GPU about as busy, each lands on whichever GPU the
+ * queues favour at that instant, another one each step: every GPU then holds a changing
+ * part of the model, so what each GPU has left for the dos policy's resident state moves
+ * from step to step, and the plans with it (4 GPUs of 3000 MiB, 1b bf16:
+ * results/sim-compare-rerun-2026-12-04.md). So a task goes back to the GPU it was placed
+ * on last time when that GPU is not far behind the best. The table is keyed by a hash of
+ * the codelet and the handles; an entry packs the key's high 48 bits, the generation it
+ * was stored in (8 bits) and the memory node plus one (8 bits; 0: empty) in one word, read
+ * and written atomically by whichever thread places a task. A collision or a handle
+ * address reused only misleads a hint; but the addresses, and so the collisions, change
+ * from run to run: with one slot per key the same simulated run took 0.163 to 0.198 s a
+ * step from one run to the next, so a key probes a few slots after its own. And tasks on
+ * data made anew each step (a new key each time) would fill the table in a few steps:
+ * the dos policy starts a generation at each plan, and an entry two generations old is
+ * free for another key (1b bf16, 4 micro-batches: 2 of every 7 stores overwrote a live
+ * hint by the tenth step without). */
+static uint64_t task_key(const struct starpu_task *task)
+{
+	uint64_t h = (uint64_t)(uintptr_t)task->cl * 0x9e3779b97f4a7c15ULL;
+	unsigned n = STARPU_TASK_GET_NBUFFERS(task);
+	for (unsigned i = 0; i < n; i++)
+		h = (h ^ (uint64_t)(uintptr_t)STARPU_TASK_GET_HANDLE(task, i)) * 0xff51afd7ed558ccdULL;
+	return h ^ (h >> 29);
+}
+
+#define HINT_SLOT(key) ((unsigned)(((key) >> 16) % DOS_QUEUES_GPU_HINTS))
+#define HINT_TAG(key) ((key) & ~(uint64_t)0xffff)
+#define HINT_GENERATION(e) ((unsigned)((e) >> 8) & 0xff)
+#define HINT_PROBES 8 /* slots a key may take after its own */
+
+void _dos_queues_next_generation(struct dos_worker_queues *q)
+{
+	__atomic_store_n(&q->generation, (__atomic_load_n(&q->generation, __ATOMIC_RELAXED) + 1) & 0xff,
+			 __ATOMIC_RELAXED);
+}
+
+/* The memory node `task` was last placed on, or -1. */
+static int gpu_hint(const struct dos_worker_queues *q, uint64_t key)
+{
+	for (unsigned i = 0; i < HINT_PROBES; i++) {
+		uint64_t e =
+			__atomic_load_n(&q->last_gpu[(HINT_SLOT(key) + i) % DOS_QUEUES_GPU_HINTS], __ATOMIC_RELAXED);
+		if (e == 0)
+			return -1;
+		if (HINT_TAG(e) == HINT_TAG(key))
+			return (int)(e & 0xff) - 1;
+	}
+	return -1;
+}
+
+/* Into the key's own slot, else the first empty or stale one after it, else over the
+ * first (two threads placing at once may both take a slot: a duplicate, harmless). */
+static void remember_gpu(struct dos_worker_queues *q, uint64_t key, unsigned node)
+{
+	if (node >= 0xff)
+		return;
+	unsigned now = __atomic_load_n(&q->generation, __ATOMIC_RELAXED), at = HINT_SLOT(key), free_at = ~0u;
+	for (unsigned i = 0; i < HINT_PROBES; i++) {
+		unsigned slot = (HINT_SLOT(key) + i) % DOS_QUEUES_GPU_HINTS;
+		uint64_t e = __atomic_load_n(&q->last_gpu[slot], __ATOMIC_RELAXED);
+		if (e != 0 && HINT_TAG(e) == HINT_TAG(key)) {
+			free_at = slot;
+			break;
+		}
+		if (free_at == ~0u && (e == 0 || ((now - HINT_GENERATION(e)) & 0xff) >= 2))
+			free_at = slot;
+	}
+	if (free_at != ~0u)
+		at = free_at;
+	__atomic_store_n(&q->last_gpu[at], HINT_TAG(key) | (uint64_t)now << 8 | (node + 1), __ATOMIC_RELAXED);
+}
+
 /* Earliest predicted finish (queued and running work, StarPU's transfer prediction,
  * perfmodel length; dmda's rule without its fixed transfer fudge). A task that some
  * candidate has no prediction for (no model: 0, no samples yet: NAN) is placed instead
@@ -155,7 +233,7 @@ static int can_run(int w, struct starpu_task *task, int only_type, unsigned *imp
  * among the workers still without samples if there are any, since StarPU learns the
  * times of a kind of worker only from tasks that run on one. Only workers whose memory
  * node is `only_node` (-1: any) are candidates. */
-static int choose(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
+static int choose(struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
 		  int only_node, double *predicted_us)
 {
 	struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(sched_ctx);
@@ -179,6 +257,11 @@ static int choose(const struct dos_worker_queues *q, struct starpu_task *task, u
 		if (ncandidates < room && can_run(w, task, only_type, &impl_of[ncandidates]))
 			candidate[ncandidates++] = w;
 	}
+	/* the GPU of the last time, for the application's tasks that any GPU may run */
+	int hinted = only_node < 0 && ncandidates > 1 && task->cl && !is_parallel(task) && !q->planned(task);
+	uint64_t key = hinted ? task_key(task) : 0;
+	int hint_node = hinted ? gpu_hint(q, key) : -1, on_hint = -1;
+	double on_hint_end = INFINITY, on_hint_len = NAN;
 	for (int c = 0; c < ncandidates; c++) {
 		int w = candidate[c];
 		double len = starpu_task_worker_expected_length(task, (unsigned)w, sched_ctx, impl_of[c]);
@@ -209,19 +292,39 @@ static int choose(const struct dos_worker_queues *q, struct starpu_task *task, u
 			best = w;
 			best_len = len;
 		}
+		if (hint_node >= 0 && starpu_worker_get_memory_node((unsigned)w) == (unsigned)hint_node &&
+		    end < on_hint_end) {
+			on_hint_end = end;
+			on_hint = w;
+			on_hint_len = len;
+		}
 	}
-	*predicted_us = unknown ? by_length_len : best_len;
-	return unknown ? by_length : best;
+	if (unknown) {
+		*predicted_us = by_length_len;
+		return by_length;
+	}
+	/* not far behind: it ends within one more of the task's own length there */
+	if (on_hint >= 0 && on_hint_end <= best_end + on_hint_len) {
+		best = on_hint;
+		best_len = on_hint_len;
+	}
+	if (hinted && best >= 0) {
+		unsigned node = starpu_worker_get_memory_node((unsigned)best);
+		if (starpu_node_get_kind(node) == STARPU_CUDA_RAM)
+			remember_gpu(q, key, node);
+	}
+	*predicted_us = best_len;
+	return best;
 }
 
-int _dos_queues_choose(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
+int _dos_queues_choose(struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
 		       double *predicted_us)
 {
 	return choose(q, task, sched_ctx, only_type, -1, predicted_us);
 }
 
-int _dos_queues_choose_on_node(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx,
-			       unsigned node, double *predicted_us)
+int _dos_queues_choose_on_node(struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, unsigned node,
+			       double *predicted_us)
 {
 	return choose(q, task, sched_ctx, -1, (int)node, predicted_us);
 }

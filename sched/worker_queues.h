@@ -7,6 +7,10 @@
 
 #include <starpu.h>
 
+#include <stdint.h>
+
+#define DOS_QUEUES_GPU_HINTS 16384
+
 struct dos_worker_queue {
 	struct starpu_task_list tasks; /* in the order the worker runs them */
 	int ntasks;
@@ -23,6 +27,10 @@ struct dos_worker_queues {
 	/* Held while a parallel task's aliases are queued on its workers, so that all of them
 	 * meet the parallel tasks' barriers in the same order. */
 	starpu_pthread_mutex_t parallel_lock;
+	/* The GPU each repeated task (same codelet, same data) was last placed on: a lossy
+	 * table of hints, see worker_queues.c's `gpu_hint`. */
+	uint64_t last_gpu[DOS_QUEUES_GPU_HINTS];
+	unsigned generation; /* of the hints: _dos_queues_next_generation */
 };
 
 void _dos_queues_init(struct dos_worker_queues *q, int (*planned)(const struct starpu_task *task));
@@ -30,13 +38,19 @@ void _dos_queues_destroy(struct dos_worker_queues *q);
 
 /* The worker of `sched_ctx` (only of type `only_type` when it is >= 0) that should run
  * `task`, or -1 when none can; its predicted length there in *predicted_us (NAN or 0 when
- * no model gives one). A parallel task may get a combined worker. */
-int _dos_queues_choose(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
+ * no model gives one). A parallel task may get a combined worker. A task submitted again
+ * (same codelet and handles) goes back to the GPU it was given last time unless that GPU
+ * ends it more than its own length after the best. */
+int _dos_queues_choose(struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, int only_type,
 		       double *predicted_us);
 
 /* The same among the basic workers whose memory node is `node` (the workers of one GPU). */
-int _dos_queues_choose_on_node(const struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx,
-			       unsigned node, double *predicted_us);
+int _dos_queues_choose_on_node(struct dos_worker_queues *q, struct starpu_task *task, unsigned sched_ctx, unsigned node,
+			       double *predicted_us);
+
+/* A new generation of the GPU hints (at each step the dos policy plans): hints not
+ * renewed for two generations make room for others. */
+void _dos_queues_next_generation(struct dos_worker_queues *q);
 
 /* Queues `task` for `worker` (basic, or combined: then an alias for each of its workers),
  * prefetching its inputs there when `prefetch`, and wakes the worker(s). The task must
