@@ -1901,6 +1901,67 @@ static int agreed(const struct _dos_checkpoint_search *search, int err)
 	return search && search->agree ? search->agree(search->arg, err) : err != 0;
 }
 
+/* Renames dir's `name` "<name>.damaged" (or ".damaged-<k>" when that is taken): 0 or a
+ * negative errno. Never over another file (rename would replace it): link, then unlink. */
+static int rename_damaged(int dfd, const char *name, char *aside, size_t aside_size)
+{
+	int err = -EEXIST;
+	for (int k = 0; k < 100 && err == -EEXIST; k++) {
+		if (k == 0)
+			snprintf(aside, aside_size, "%s.damaged", name);
+		else
+			snprintf(aside, aside_size, "%s.damaged-%d", name, k);
+		err = linkat(dfd, name, dfd, aside, 0) == 0 ? 0 : -errno;
+		if (!err && unlinkat(dfd, name, 0) != 0) {
+			err = -errno;
+			unlinkat(dfd, aside, 0);
+		}
+	}
+	return err;
+}
+
+/* A newer checkpoint of the run that a resume passed over because it does not verify
+ * (damaged bits, a truncated file, a damaged shard): its files (the whole file, or a
+ * data-parallel job's manifest and shards) are renamed "<name>.damaged", so that
+ * retention, which keeps a run's newest checkpoints, neither keeps it in place of an
+ * older one that loads nor deletes its files. Appends what happened to why. */
+static void set_damaged_aside(const char *dir, uint64_t n, char *why, size_t why_size)
+{
+	char name[160], aside[200];
+	snprintf(name, sizeof name, "checkpoint-%" PRIu64 ".dos", n);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int err = dfd < 0 ? -errno : rename_damaged(dfd, name, aside, sizeof aside);
+	size_t len = strlen(why);
+	if (err) {
+		snprintf(why + len, why_size - len, "; left in place (renaming it failed: %s)", strerror(-err));
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	snprintf(why + len, why_size - len, "; renamed %s", aside);
+	DIR *d = opendir(dir);
+	int shards = 0;
+	for (struct dirent *e; d && (e = readdir(d));) {
+		uint64_t m;
+		int shard;
+		char shard_aside[200];
+		if (parse_checkpoint_name(e->d_name, &m, &shard) && shard && m == n &&
+		    rename_damaged(dfd, e->d_name, shard_aside, sizeof shard_aside) == 0)
+			shards++;
+	}
+	if (d)
+		closedir(d);
+	len = strlen(why);
+	if (shards)
+		snprintf(why + len, why_size - len, " (and its %d shards alike)", shards);
+	len = strlen(why);
+	snprintf(why + len, why_size - len, ", so that the folder keeps an older checkpoint that loads");
+	sync_directory(dfd); /* at worst the rename is undone by a crash: the resume redoes it */
+	close(dfd);
+}
+
+#define ANOTHER_RANK "another rank could not load its part"
+
 int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(void *arg, const char *path),
 				  void *load_arg, const struct _dos_checkpoint_search *search, const char *advice,
 				  char *path, size_t path_size)
@@ -1912,8 +1973,19 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(
 	int err = list_checkpoints(f->dir, &ns, &count);
 	if (agreed(search, err))
 		return err ? err : DOS_FAIL(-EIO, "another rank cannot read the checkpoint folder %s", f->dir);
+	/* the newer ones passed over, told to search->skipped once the search ends */
+	struct passed {
+		char why[600];
+		struct _dos_run_id run;
+		int run_known;
+	} *passed = count ? calloc(count, sizeof *passed) : NULL;
+	if (count && !passed) {
+		free(ns);
+		return DOS_FAIL(-ENOMEM, "out of memory listing the checkpoints of %s", f->dir);
+	}
 	char candidate[PATH_MAX], reasons[400] = "";
 	int loaded = 0;
+	size_t npassed = 0;
 	/* every rank goes through the same candidates, agreeing at the same points */
 	for (size_t i = 0; i < count && !loaded; i++) {
 		if ((err = checkpoint_path(f->dir, ns[i], candidate)))
@@ -1923,10 +1995,12 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(
 		char why[512];
 		/* the run it is of, and the folder holding no other run's checkpoint */
 		int bad = file_identity(f->dir, name, &run, why, sizeof why), fatal = 0;
+		int run_known = !bad;
 		if (!bad)
 			fatal = refuse_others(__func__, f->dir, &run, 0, advice ? advice : "use another folder");
 		if (agreed(search, fatal)) {
 			free(ns);
+			free(passed);
 			return fatal ? fatal
 				     : DOS_FAIL(-EEXIST, "another rank found checkpoints of another run in %s", f->dir);
 		}
@@ -1942,7 +2016,7 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(
 		}
 		if (agreed(search, bad) && !bad) {
 			bad = -EIO;
-			snprintf(why, sizeof why, "another rank could not load its part");
+			snprintf(why, sizeof why, ANOTHER_RANK);
 		}
 		if (!bad) {
 			loaded = 1;
@@ -1950,10 +2024,36 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(
 			f->claimed = 1;
 			break;
 		}
-		if (search && search->skipped)
-			search->skipped(search->arg, candidate, why);
+		passed[npassed].run_known = run_known;
+		if (run_known)
+			passed[npassed].run = run;
+		snprintf(passed[npassed++].why, sizeof passed->why, "%s", why);
 		add_reason(reasons, sizeof reasons, name, why);
 	}
+	/* What was passed over: a checkpoint of the run that was loaded which does not verify
+	 * on its own is set aside (one that verifies but does not fit this run's settings, or
+	 * of unknown run, stays as it is). */
+	char skipped[PATH_MAX];
+	for (size_t i = 0; i < npassed && !err; i++) {
+		if (checkpoint_path(f->dir, ns[i], skipped))
+			continue;
+		if (loaded && f->lock_fd >= 0 && passed[i].run_known && _dos_run_id_equal(&passed[i].run, &f->run)) {
+			struct dos_error_hold hold;
+			_dos_hold_errors(&hold);
+			int damaged = verify_on_its_own(skipped) != 0;
+			char found[512];
+			snprintf(found, sizeof found, "%s", _dos_last_error_message());
+			_dos_release_errors(&hold);
+			shorten_reason(found, skipped);
+			if (damaged && !strcmp(passed[i].why, ANOTHER_RANK)) /* what it is, as this rank sees it */
+				snprintf(passed[i].why, sizeof passed->why, "%s", found);
+			if (damaged)
+				set_damaged_aside(f->dir, ns[i], passed[i].why, sizeof passed->why);
+		}
+		if (search && search->skipped)
+			search->skipped(search->arg, skipped, passed[i].why);
+	}
+	free(passed);
 	free(ns);
 	if (err)
 		return err;

@@ -174,7 +174,10 @@ int _dos_checkpoint_folder_claim(struct _dos_checkpoint_folder *f, const struct 
 /* A resumed run: loads the newest checkpoint of the folder that verifies and fits, by
  * load(load_arg, path) (which returns 0, or a negative errno with a message: the file does
  * not load, and nothing of the caller's changed), passing newer ones that do not to
- * search->skipped, then makes the folder the loaded checkpoint's run's; refused with
+ * search->skipped once the search ends, then makes the folder the loaded checkpoint's run's
+ * (a passed-over checkpoint of that run which does not verify on its own is renamed
+ * "<name>.damaged" by the lock holder, and why says so: retention, which keeps a run's
+ * newest files, would otherwise keep it in place of the one loaded); refused with
  * -EEXIST (and advice) before anything is loaded when checkpoints of another run are
  * there too. The loaded path goes to path (size path_size) unless it is NULL. -ENOENT
  * when the folder holds no checkpoint, or none that loads (the message gives each one's

@@ -1070,6 +1070,25 @@ static void folders_group(const char *top)
 	char newest[4096];
 	CHECK(_dos_checkpoint_newest_valid(dir, NULL, newest, sizeof newest) == 0 && !strcmp(newest, path),
 	      "newest valid: %s %s", newest, dos_last_error());
+	/* the run's damaged newer one is set aside, so that retention keeps the one that
+	 * loaded instead of it; the truncated one and the stray (no run to read) stay */
+	list_dir(dir, listing, sizeof listing);
+	FORMAT(name, "%s/checkpoint-6.dos", dir);
+	CHECK(strstr(listing, "checkpoint-6.dos.damaged") && access(name, F_OK) != 0 &&
+		      strstr(listing, "checkpoint-7.dos") && strstr(listing, "checkpoint-18446744073709551615.dos"),
+	      "after resuming past them: %s", listing);
+	s.meta.steps_done = 9;
+	save_ok(dir, &s, 2, NULL, 0);
+	list_dir(dir, listing, sizeof listing);
+	CHECK(strstr(listing, "checkpoint-9.dos") && strstr(listing, path + strlen(dir) + 1) &&
+		      strstr(listing, "checkpoint-6.dos.damaged"),
+	      "retention after the resume (keep 2): %s", listing);
+	FORMAT(name, "%s/checkpoint-9.dos", dir);
+	remove(name);
+	char aside[4096];
+	FORMAT(name, "%s/checkpoint-6.dos", dir);
+	FORMAT(aside, "%s/checkpoint-6.dos.damaged", dir);
+	CHECK(rename(aside, name) == 0, "rename %s back", aside);
 	_dos_checkpoint_folder_release(&f);
 	/* with another run's checkpoint beside them: refused before anything is loaded */
 	other.meta.steps_done = 2;

@@ -11,7 +11,8 @@
 #  3. temporary files of killed saves are removed when a run takes the folder;
 #  4. --resume loads the newest checkpoint that verifies, saying which newer ones it
 #     passed over and why (a damaged one, an empty stray "checkpoint-<2^64-1>.dos"), and
-#     ends bit-identical to the uninterrupted run;
+#     ends bit-identical to the uninterrupted run; the run's damaged one is renamed
+#     "<name>.damaged", so that retention keeps the older one that loaded;
 #  5. a folder that does not exist is created with its parents;
 #  6. a folder on a full disk (a tmpfs with room for one checkpoint, not two): the save
 #     that fails says how big a checkpoint is, what the file system has free and how many
@@ -130,12 +131,17 @@ grep -q "skipping $ck/checkpoint-150.dos: .*corrupted" "$work/log" &&
 	grep -q "skipping $ck/checkpoint-18446744073709551615.dos: .*truncated: 0 bytes" "$work/log" ||
 	fail "the skipped checkpoints are not reported: $(cat "$work/log")"
 cmp -s "$work/resumed.bin" "$work/straight.bin" || fail "resumed past damaged checkpoints: the result differs"
+# the run's damaged one is set aside, so that retention (two kept) keeps 100, which loads,
+# beside 200, and not the damaged 150 (it kept 150 and deleted 100 before)
+grep -q "renamed checkpoint-150.dos.damaged" "$work/log" || fail "the damaged checkpoint was not set aside: $(cat "$work/log")"
+[ -f "$ck/checkpoint-200.dos" ] && [ -f "$ck/checkpoint-100.dos" ] && [ -f "$ck/checkpoint-150.dos.damaged" ] &&
+	[ ! -e "$ck/checkpoint-150.dos" ] || fail "after resuming past a damaged checkpoint: $(ls "$ck")"
 # nothing that loads: every reason given
 rm "$ck"/checkpoint-[12][05]0.dos
 # shellcheck disable=SC2086
 $train $tiny --steps 200 --checkpoint-dir "$ck" --resume >"$work/log" 2>&1 && fail "resumed from nothing"
 grep -q "none of the 1 checkpoints in $ck loads" "$work/log" || fail "$(cat "$work/log")"
-echo "--resume: from the newest checkpoint that verifies, past a damaged one and an empty stray, bit-identical"
+echo "--resume: from the newest checkpoint that verifies, past a damaged one (set aside) and an empty stray, bit-identical"
 
 # ---- 5. created with its parents --------------------------------------------------------
 # shellcheck disable=SC2086

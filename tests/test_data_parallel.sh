@@ -10,7 +10,8 @@
 #  2. each rank keeps about 1/N of the optimizer state, and says so; ranks of a node are
 #     bound to distinct blocks of cores, and say which; a NaN in the state stops every rank;
 #  3. sharded checkpoints: a 2-rank job saves shards + manifest; resuming on 1, 2 and 4
-#     ranks ends bit-identical to the uninterrupted run; SIGKILL of the job while it saves
+#     ranks ends bit-identical to the uninterrupted run, and on 2 past a newer save with a
+#     damaged shard (its files set aside, the save that loaded kept); SIGKILL of the job while it saves
 #     every step leaves a latest checkpoint that resumes exactly; the shards of a save
 #     killed before its manifest are no checkpoint, and a fresh run says to remove them;
 #     SIGTERM to one rank stops both after the same step, saved there;
@@ -185,6 +186,23 @@ ranks 4 $schedule --preset tiny --steps 10 --quiet --accumulate 1 --precision bf
 cmp -s "$work/straight16.bin" "$work/resumed.bin" || fail "bf16: 2-rank shards resumed on 4 ranks differ"
 echo "data parallel: a 2-rank sharded checkpoint resumed on 1, 2 and 4 ranks (and bf16 on 4): bit-identical to 10" \
 	"straight steps"
+# a damaged shard in the newest save: the job resumes from the one before, sets the
+# damaged save's files aside (manifest and shards, renamed "<name>.damaged") and ends
+# bit-identical; retention then keeps the save that loaded, not the damaged one
+ck=$work/ck-damaged
+ranks 2 $schedule --preset tiny --steps 6 --quiet --accumulate 2 --checkpoint-dir "$ck" --checkpoint-every 3 \
+	>"$work/log" 2>&1 || fail "saving shards every 3 steps failed: $(cat "$work/log")"
+python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 1; open(p, "wb").write(b)' \
+	"$ck/checkpoint-6.shard-1-of-2.dos"
+ranks 2 $schedule --preset tiny --steps 10 --quiet --accumulate 2 --checkpoint-dir "$ck" --resume \
+	--dump "$work/resumed.bin" >"$work/log" 2>&1 || fail "resuming past a damaged shard failed: $(cat "$work/log")"
+grep -q "resumed after step 3" "$work/log" &&
+	grep -q "skipping $ck/checkpoint-6.dos: .*shard-1-of-2.dos: .*corrupted.*renamed checkpoint-6.dos.damaged (and its 2 shards" \
+		"$work/log" || fail "resuming past a damaged shard: $(cat "$work/log")"
+cmp -s "$work/straight.bin" "$work/resumed.bin" || fail "resumed past a damaged shard: the result differs"
+[ -f "$ck/checkpoint-3.dos" ] && [ -f "$ck/checkpoint-10.dos" ] && [ -f "$ck/checkpoint-6.shard-1-of-2.dos.damaged" ] &&
+	[ ! -e "$ck/checkpoint-6.dos" ] || fail "after resuming past a damaged shard: $(ls "$ck")"
+echo "data parallel: resumed past a save with a damaged shard, its files set aside, the save before kept"
 
 # SIGKILL of one rank while the job saves every step (mpirun then ends the job)
 steps=120
