@@ -1920,11 +1920,8 @@ static int rename_damaged(int dfd, const char *name, char *aside, size_t aside_s
 	return err;
 }
 
-/* A newer checkpoint of the run that a resume passed over because it does not verify
- * (damaged bits, a truncated file, a damaged shard): its files (the whole file, or a
- * data-parallel job's manifest and shards) are renamed "<name>.damaged", so that
- * retention, which keeps a run's newest checkpoints, neither keeps it in place of an
- * older one that loads nor deletes its files. Appends what happened to why. */
+/* Renames the files of dir's checkpoint n (the whole file, or a data-parallel job's
+ * manifest and shards) "<name>.damaged"; appends what happened to why. */
 static void set_damaged_aside(const char *dir, uint64_t n, char *why, size_t why_size)
 {
 	char name[160], aside[200];
@@ -1960,7 +1957,42 @@ static void set_damaged_aside(const char *dir, uint64_t n, char *why, size_t why
 	close(dfd);
 }
 
-#define ANOTHER_RANK "another rank could not load its part"
+int _dos_checkpoint_folder_set_aside_damaged(const struct _dos_checkpoint_folder *f, uint64_t after,
+					     void (*told)(void *arg, const char *path, const char *why), void *arg)
+{
+	if (!f || !f->dir || !f->claimed)
+		return DOS_FAIL(-EINVAL, "no checkpoint folder claimed");
+	if (f->lock_fd < 0) /* the lock holder does it for the job */
+		return 0;
+	uint64_t *ns;
+	size_t count;
+	int err = list_checkpoints(f->dir, &ns, &count);
+	if (err)
+		return err;
+	char path[PATH_MAX], why[700];
+	for (size_t i = 0; i < count && ns[i] > after; i++) { /* highest first */
+		struct _dos_run_id run;
+		const char *name;
+		if (checkpoint_path(f->dir, ns[i], path))
+			continue;
+		name = strrchr(path, '/') + 1;
+		if (file_identity(f->dir, name, &run, why, sizeof why) != 0 || !_dos_run_id_equal(&run, &f->run))
+			continue; /* not known to be this run's: not ours to move */
+		struct dos_error_hold hold;
+		_dos_hold_errors(&hold);
+		int damaged = verify_on_its_own(path) != 0;
+		snprintf(why, sizeof why, "%s", _dos_last_error_message());
+		_dos_release_errors(&hold);
+		if (!damaged)
+			continue;
+		shorten_reason(why, path);
+		set_damaged_aside(f->dir, ns[i], why, sizeof why);
+		if (told)
+			told(arg, path, why);
+	}
+	free(ns);
+	return 0;
+}
 
 int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(void *arg, const char *path),
 				  void *load_arg, const struct _dos_checkpoint_search *search, const char *advice,
@@ -1973,19 +2005,9 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(
 	int err = list_checkpoints(f->dir, &ns, &count);
 	if (agreed(search, err))
 		return err ? err : DOS_FAIL(-EIO, "another rank cannot read the checkpoint folder %s", f->dir);
-	/* the newer ones passed over, told to search->skipped once the search ends */
-	struct passed {
-		char why[600];
-		struct _dos_run_id run;
-		int run_known;
-	} *passed = count ? calloc(count, sizeof *passed) : NULL;
-	if (count && !passed) {
-		free(ns);
-		return DOS_FAIL(-ENOMEM, "out of memory listing the checkpoints of %s", f->dir);
-	}
 	char candidate[PATH_MAX], reasons[400] = "";
 	int loaded = 0;
-	size_t npassed = 0;
+	uint64_t loaded_n = 0;
 	/* every rank goes through the same candidates, agreeing at the same points */
 	for (size_t i = 0; i < count && !loaded; i++) {
 		if ((err = checkpoint_path(f->dir, ns[i], candidate)))
@@ -1995,12 +2017,10 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(
 		char why[512];
 		/* the run it is of, and the folder holding no other run's checkpoint */
 		int bad = file_identity(f->dir, name, &run, why, sizeof why), fatal = 0;
-		int run_known = !bad;
 		if (!bad)
 			fatal = refuse_others(__func__, f->dir, &run, 0, advice ? advice : "use another folder");
 		if (agreed(search, fatal)) {
 			free(ns);
-			free(passed);
 			return fatal ? fatal
 				     : DOS_FAIL(-EEXIST, "another rank found checkpoints of another run in %s", f->dir);
 		}
@@ -2016,44 +2036,19 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(
 		}
 		if (agreed(search, bad) && !bad) {
 			bad = -EIO;
-			snprintf(why, sizeof why, ANOTHER_RANK);
+			snprintf(why, sizeof why, "another rank could not load its part");
 		}
 		if (!bad) {
 			loaded = 1;
+			loaded_n = ns[i];
 			f->run = run;
 			f->claimed = 1;
 			break;
 		}
-		passed[npassed].run_known = run_known;
-		if (run_known)
-			passed[npassed].run = run;
-		snprintf(passed[npassed++].why, sizeof passed->why, "%s", why);
+		if (search && search->skipped)
+			search->skipped(search->arg, candidate, why);
 		add_reason(reasons, sizeof reasons, name, why);
 	}
-	/* What was passed over: a checkpoint of the run that was loaded which does not verify
-	 * on its own is set aside (one that verifies but does not fit this run's settings, or
-	 * of unknown run, stays as it is). */
-	char skipped[PATH_MAX];
-	for (size_t i = 0; i < npassed && !err; i++) {
-		if (checkpoint_path(f->dir, ns[i], skipped))
-			continue;
-		if (loaded && f->lock_fd >= 0 && passed[i].run_known && _dos_run_id_equal(&passed[i].run, &f->run)) {
-			struct dos_error_hold hold;
-			_dos_hold_errors(&hold);
-			int damaged = verify_on_its_own(skipped) != 0;
-			char found[512];
-			snprintf(found, sizeof found, "%s", _dos_last_error_message());
-			_dos_release_errors(&hold);
-			shorten_reason(found, skipped);
-			if (damaged && !strcmp(passed[i].why, ANOTHER_RANK)) /* what it is, as this rank sees it */
-				snprintf(passed[i].why, sizeof passed->why, "%s", found);
-			if (damaged)
-				set_damaged_aside(f->dir, ns[i], passed[i].why, sizeof passed->why);
-		}
-		if (search && search->skipped)
-			search->skipped(search->arg, skipped, passed[i].why);
-	}
-	free(passed);
 	free(ns);
 	if (err)
 		return err;
@@ -2061,5 +2056,8 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(
 		return DOS_FAIL(-ENOENT, "no checkpoint in %s", f->dir);
 	if (!loaded)
 		return DOS_FAIL(-ENOENT, "none of the %zu checkpoints in %s loads: %s", count, f->dir, reasons);
+	/* the run's newer ones passed over for damage, out of retention's way */
+	_dos_checkpoint_folder_set_aside_damaged(f, loaded_n, search ? search->set_aside : NULL,
+						 search ? search->arg : NULL);
 	return path ? give_path(candidate, path, path_size) : 0;
 }

@@ -120,6 +120,8 @@ int _dos_checkpoint_latest(const char *dir, char *path, size_t path_size);
 struct _dos_checkpoint_search {
 	int (*agree)(void *arg, int err);
 	void (*skipped)(void *arg, const char *path, const char *why);
+	/* told of each file a resume set aside (_dos_checkpoint_folder_set_aside_damaged) */
+	void (*set_aside)(void *arg, const char *path, const char *why);
 	void *arg;
 };
 
@@ -174,10 +176,8 @@ int _dos_checkpoint_folder_claim(struct _dos_checkpoint_folder *f, const struct 
 /* A resumed run: loads the newest checkpoint of the folder that verifies and fits, by
  * load(load_arg, path) (which returns 0, or a negative errno with a message: the file does
  * not load, and nothing of the caller's changed), passing newer ones that do not to
- * search->skipped once the search ends, then makes the folder the loaded checkpoint's run's
- * (a passed-over checkpoint of that run which does not verify on its own is renamed
- * "<name>.damaged" by the lock holder, and why says so: retention, which keeps a run's
- * newest files, would otherwise keep it in place of the one loaded); refused with
+ * search->skipped, then makes the folder the loaded checkpoint's run's, and sets aside
+ * the newer ones of that run that do not verify (below; search->set_aside is told); refused with
  * -EEXIST (and advice) before anything is loaded when checkpoints of another run are
  * there too. The loaded path goes to path (size path_size) unless it is NULL. -ENOENT
  * when the folder holds no checkpoint, or none that loads (the message gives each one's
@@ -185,6 +185,18 @@ int _dos_checkpoint_folder_claim(struct _dos_checkpoint_folder *f, const struct 
 int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(void *arg, const char *path),
 				  void *load_arg, const struct _dos_checkpoint_search *search, const char *advice,
 				  char *path, size_t path_size);
+
+/* A run that continues from its checkpoint after step `after`, while the folder holds
+ * newer checkpoints of that run which do not verify on their own (damaged bits, a
+ * truncated file, a damaged or missing shard): retention, which keeps a run's newest
+ * files, would keep those in place of the one loaded, and delete that one. So the folder's
+ * lock holder renames their files "<name>.damaged" (".damaged-<k>" when taken; a data-
+ * parallel job's manifest and shards alike), out of retention's way and never deleted,
+ * and tells told(arg, path, why) of each (why: what is wrong, what was renamed). Newer
+ * ones that verify, and files whose run cannot be read, stay. 0, or a negative errno from
+ * reading the folder. */
+int _dos_checkpoint_folder_set_aside_damaged(const struct _dos_checkpoint_folder *f, uint64_t after,
+					     void (*told)(void *arg, const char *path, const char *why), void *arg);
 
 /* Before a save: -EEXIST when a checkpoint of another run has come into the claimed
  * folder (one whose run cannot be read is left to retention, which never deletes it). */

@@ -370,6 +370,8 @@ static int resume(struct run *r, uint64_t *first_step, char *path, size_t path_s
 		/* rank 0 reports for the job */
 		struct _dos_checkpoint_search search = {.agree = _dos_dp_size(&cfg->dp) > 1 ? job_failed : NULL,
 							.skipped = cfg->dp.rank == 0 ? cfg->checkpoint_skipped : NULL,
+							.set_aside =
+								cfg->dp.rank == 0 ? cfg->checkpoint_set_aside : NULL,
 							.arg = cfg->checkpoint_skipped_arg};
 		err = _dos_checkpoint_folder_resume(r->folder, load_candidate, &c, &search, FOLDER_ADVICE, path,
 						    path_size);

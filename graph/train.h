@@ -54,7 +54,9 @@ struct dos_train_config {
 	 * every checkpoint_every steps (0: only after the last step), the run's two latest
 	 * kept; with resume, the run continues from the newest checkpoint there that loads
 	 * (steps counts from the start of training, so the run ends at the same step either
-	 * way), telling checkpoint_skipped (optional) of each newer one it passed over */
+	 * way), telling checkpoint_skipped (optional) of each newer one it passed over, and
+	 * checkpoint_set_aside (optional) of each newer one of the run it renamed
+	 * "<name>.damaged" (_dos_checkpoint_folder_set_aside_damaged) */
 	const char *checkpoint_dir;
 	uint64_t checkpoint_every;
 	int resume;
@@ -65,7 +67,8 @@ struct dos_train_config {
 	 * loads it). The same values either way; resumed runs load it on the host */
 	int state_on_host;
 	void (*checkpoint_skipped)(void *arg, const char *path, const char *why);
-	void *checkpoint_skipped_arg;
+	void (*checkpoint_set_aside)(void *arg, const char *path, const char *why);
+	void *checkpoint_skipped_arg; /* both callbacks' */
 	/* optional: every finished step (called on the submitting thread) */
 	void (*on_step)(void *arg, const struct dos_train_progress *progress);
 	void *on_step_arg;

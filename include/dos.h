@@ -582,7 +582,11 @@ int dos_opt_write_state(dos_opt_t opt, const float *master, const float *m, cons
  * (an advisory lock the kernel drops when the process ends) until it is destroyed or
  * saves into another folder, and refuses a folder that holds another run's checkpoints
  * (or, before it has loaded one, checkpoint files it cannot read); temporary files of
- * killed saves are removed when it takes the folder. Errors: -EINVAL for a NULL opt or
+ * killed saves are removed when it takes the folder. The first save after dos_opt_load
+ * renames the run's checkpoints newer than the one loaded that do not verify (those
+ * dos_opt_latest_checkpoint skipped) "<name>.damaged", with a warning on stderr, so that
+ * the `keep` kept are ones that load; nothing is ever deleted but this run's older
+ * checkpoint files. Errors: -EINVAL for a NULL opt or
  * dir, keep 0; -EBUSY when another process or optimizer holds the folder (the message
  * names the holder's pid); -EEXIST when it holds another run's checkpoints (nothing
  * written; the message lists them); -ERANGE when the state holds inf or nan (nothing

@@ -91,6 +91,10 @@ struct dos_opt {
 	struct _dos_run_id run;
 	int loaded;
 	struct _dos_checkpoint_folder folder;
+	/* after a load, the step it was saved at, until the next save has set aside the newer
+	 * checkpoints of the run that do not verify (graph/checkpoint.h) */
+	uint64_t loaded_steps;
+	int set_aside_pending;
 };
 
 int dos_opt_config_init(struct dos_opt_config *cfg)
@@ -908,6 +912,13 @@ static int same_folder(const char *a, const char *b)
 	return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
+static void warn_set_aside(void *arg, const char *path, const char *why)
+{
+	(void)arg;
+	_dos_warn("dos_opt_save: set aside %s, a newer checkpoint of the run loaded that does not verify: %s", path,
+		  why);
+}
+
 /* The folder `dir` taken for opt's saves (graph/checkpoint.h): created when missing, locked
  * for this optimizer until it is destroyed or saves elsewhere, and holding no checkpoint
  * of another run (nor, before the optimizer has loaded one, any it cannot read). */
@@ -935,6 +946,11 @@ int dos_opt_save(dos_opt_t opt, const char *dir, unsigned keep, char *path_out, 
 		return DOS_FAIL(-EINVAL, "keep = 0: keep at least the checkpoint being written");
 	if ((err = take_folder(opt, dir)))
 		return err;
+	if (opt->set_aside_pending &&
+	    !(err = _dos_checkpoint_folder_set_aside_damaged(&opt->folder, opt->loaded_steps, warn_set_aside, NULL)))
+		opt->set_aside_pending = 0;
+	if (err)
+		return err;
 	/* no data loader here: the position is the steps submitted; the state may have been
 	 * loaded or be older than the updates' flags, so its values are checked */
 	struct _dos_run_position at = {.steps_done = opt->steps_submitted, .run = opt->run};
@@ -961,6 +977,8 @@ int dos_opt_load(dos_opt_t opt, const char *path)
 		_dos_checkpoint_folder_release(&opt->folder);
 	opt->run = at.run;
 	opt->loaded = 1;
+	opt->loaded_steps = at.steps_done;
+	opt->set_aside_pending = 1;
 	_dos_optimizer_rebuild_weights(opt->inner);
 	return 0;
 }

@@ -197,7 +197,7 @@ python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[
 ranks 2 $schedule --preset tiny --steps 10 --quiet --accumulate 2 --checkpoint-dir "$ck" --resume \
 	--dump "$work/resumed.bin" >"$work/log" 2>&1 || fail "resuming past a damaged shard failed: $(cat "$work/log")"
 grep -q "resumed after step 3" "$work/log" &&
-	grep -q "skipping $ck/checkpoint-6.dos: .*shard-1-of-2.dos: .*corrupted.*renamed checkpoint-6.dos.damaged (and its 2 shards" \
+	grep -q "set aside $ck/checkpoint-6.dos: .*shard-1-of-2.dos: .*corrupted.*renamed checkpoint-6.dos.damaged (and its 2 shards" \
 		"$work/log" || fail "resuming past a damaged shard: $(cat "$work/log")"
 cmp -s "$work/straight.bin" "$work/resumed.bin" || fail "resumed past a damaged shard: the result differs"
 [ -f "$ck/checkpoint-3.dos" ] && [ -f "$ck/checkpoint-10.dos" ] && [ -f "$ck/checkpoint-6.shard-1-of-2.dos.damaged" ] &&

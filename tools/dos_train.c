@@ -982,6 +982,12 @@ static void checkpoint_skipped(void *arg, const char *path, const char *why)
 	fprintf(stderr, "dos-train: --resume: skipping %s: %s\n", path, why);
 }
 
+static void checkpoint_set_aside(void *arg, const char *path, const char *why)
+{
+	(void)arg;
+	fprintf(stderr, "dos-train: --resume: set aside %s: %s\n", path, why);
+}
+
 /* The job's header: each rank's share of a data-parallel job, then (rank 0 alone: the
  * others are silenced here, *quiet set when that fails) the model, the batch, the policy
  * that runs, the workers. */
@@ -1241,6 +1247,7 @@ static int train_main(int argc, char **argv)
 	cfg->hook = watch_task;
 	cfg->hook_arg = &acc;
 	cfg->checkpoint_skipped = checkpoint_skipped;
+	cfg->checkpoint_set_aside = checkpoint_set_aside;
 	if (plot) {
 		cfg->before_last_step = start_timeline;
 		cfg->before_last_step_arg = &acc;
