@@ -2056,7 +2056,8 @@ int _dos_checkpoint_folder_resume(struct _dos_checkpoint_folder *f, int (*load)(
 		return DOS_FAIL(-ENOENT, "no checkpoint in %s", f->dir);
 	if (!loaded)
 		return DOS_FAIL(-ENOENT, "none of the %zu checkpoints in %s loads: %s", count, f->dir, reasons);
-	/* the run's newer ones passed over for damage, out of retention's way */
+	/* the run's newer ones passed over for damage, out of retention's way (a folder that
+	 * cannot be listed now leaves them where they are: nothing is lost) */
 	_dos_checkpoint_folder_set_aside_damaged(f, loaded_n, search ? search->set_aside : NULL,
 						 search ? search->arg : NULL);
 	return path ? give_path(candidate, path, path_size) : 0;
