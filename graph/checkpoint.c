@@ -1920,12 +1920,11 @@ static int rename_damaged(int dfd, const char *name, char *aside, size_t aside_s
 	return err;
 }
 
-/* Renames the files of dir's checkpoint n (the whole file, or a data-parallel job's
- * manifest and shards) "<name>.damaged"; appends what happened to why. */
-static void set_damaged_aside(const char *dir, uint64_t n, char *why, size_t why_size)
+/* Renames the files of dir's checkpoint n, `name` (the whole file, or a data-parallel
+ * job's manifest, and its shards) "<name>.damaged"; appends what happened to why. */
+static void set_damaged_aside(const char *dir, const char *name, uint64_t n, char *why, size_t why_size)
 {
-	char name[160], aside[200];
-	snprintf(name, sizeof name, "checkpoint-%" PRIu64 ".dos", n);
+	char aside[200];
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int err = dfd < 0 ? -errno : rename_damaged(dfd, name, aside, sizeof aside);
 	size_t len = strlen(why);
@@ -1986,7 +1985,7 @@ int _dos_checkpoint_folder_set_aside_damaged(const struct _dos_checkpoint_folder
 		if (!damaged)
 			continue;
 		shorten_reason(why, path);
-		set_damaged_aside(f->dir, ns[i], why, sizeof why);
+		set_damaged_aside(f->dir, name, ns[i], why, sizeof why);
 		if (told)
 			told(arg, path, why);
 	}

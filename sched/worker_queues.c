@@ -245,7 +245,7 @@ static int choose(struct dos_worker_queues *q, struct starpu_task *task, unsigne
 	 * placed on one GPU's workers would otherwise ask StarPU about every worker of the
 	 * machine. With one candidate, there is no finish time to compare: no transfer
 	 * prediction (a bus model query per buffer). */
-	int room = workers->nworkers > 0 ? (int)workers->nworkers : 1, candidate[room], ncandidates = 0;
+	int room = workers->nworkers > 0 ? (int)workers->nworkers : 1, candidate[room], ncandidates = 0, gpus = 0;
 	unsigned impl_of[room];
 	/* skips the workers that a parallel section of another context has booked */
 	workers->init_iterator_for_parallel_tasks(workers, &it, task);
@@ -254,11 +254,15 @@ static int choose(struct dos_worker_queues *q, struct starpu_task *task, unsigne
 		if (only_node >= 0 && (starpu_worker_is_combined_worker(w) ||
 				       starpu_worker_get_memory_node((unsigned)w) != (unsigned)only_node))
 			continue;
-		if (ncandidates < room && can_run(w, task, only_type, &impl_of[ncandidates]))
+		if (ncandidates < room && can_run(w, task, only_type, &impl_of[ncandidates])) {
+			gpus += starpu_worker_get_type(w) == STARPU_CUDA_WORKER;
 			candidate[ncandidates++] = w;
+		}
 	}
-	/* the GPU of the last time, for the application's tasks that any GPU may run */
-	int hinted = only_node < 0 && ncandidates > 1 && task->cl && !is_parallel(task) && !q->planned(task);
+	/* the GPU of the last time, for the application's tasks that a GPU may run (hints
+	 * name GPUs only: without one among the candidates, no key is worth computing) */
+	int hinted =
+		only_node < 0 && ncandidates > 1 && gpus > 0 && task->cl && !is_parallel(task) && !q->planned(task);
 	uint64_t key = hinted ? task_key(task) : 0;
 	int hint_node = hinted ? gpu_hint(q, key) : -1, on_hint = -1;
 	double on_hint_end = INFINITY, on_hint_len = NAN;
