@@ -576,17 +576,26 @@ static void bus_bytes_since_last(const struct step_stats *st, double *h2d, doubl
 
 /* ---- Models and the bound ------------------------------------------------------------ */
 
-/* The time the update of one step cannot beat on this machine (sched/bound.c), from
+/* The times the update of one step cannot beat on this machine (sched/bound.c), from
  * StarPU's perfmodels, bus model and GPU memory, for this benchmark's data homes: the
- * gradients and 16-bit weights live in host memory. Call with StarPU running. */
-static double bound_seconds(const struct options *o)
+ * parameters split continuously, and in whole subgroups (each update is one task). */
+struct bounds {
+	double continuous, whole_subgroups; /* s; NAN: not known */
+};
+
+/* Call with StarPU running. */
+static struct bounds bound_seconds(const struct options *o)
 {
-	double seconds;
+	struct bounds b = {NAN, NAN};
 	int on_gpu = o->homes_on_gpu && starpu_cuda_worker_get_count() > 0;
-	if (dos_bound_update_seconds(0, o->params, o->subgroup, o->grad, o->has_weight ? o->weight : DOS_FP32, on_gpu,
-				     on_gpu, &seconds))
-		return NAN;
-	return seconds;
+	enum dos_dtype weight = o->has_weight ? o->weight : DOS_FP32;
+	double seconds;
+	if (!dos_bound_update_seconds(0, o->params, o->subgroup, o->grad, weight, on_gpu, on_gpu, &seconds))
+		b.continuous = seconds;
+	if (!dos_bound_update_whole_subgroups_seconds(0, o->params, o->subgroup, o->grad, weight, on_gpu, on_gpu,
+						      &seconds))
+		b.whole_subgroups = seconds;
+	return b;
 }
 
 /* What the schedulers will believe: the Adam model for one full subgroup on each kind of
@@ -672,7 +681,7 @@ static void print_per_gpu(const struct options *o, const char *policy, const str
 
 /* Runs the warm-up and timed steps of one policy in its own StarPU session; *bound is set
  * from the first session that gets that far. r->policy and r->status are already set. */
-static void run_policy(const struct options *o, struct row *r, double *bound, int *models_shown)
+static void run_policy(const struct options *o, struct row *r, struct bounds *bound, int *models_shown)
 {
 	const char *policy = r->policy;
 	struct starpu_conf conf;
@@ -716,7 +725,7 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 		seconds[k] = run_step(o, &s, step++, &st);
 	bus_bytes_since_last(&st, &h2d, &d2h, per_gpu);
 	/* after the steps: their runs are samples of StarPU's models too */
-	if (isnan(*bound))
+	if (isnan(bound->continuous))
 		*bound = bound_seconds(o);
 	r->flush_s = flush_state(&s);
 	int total, home = state_handles_home(&s, &total);
@@ -756,7 +765,7 @@ static void run_policy(const struct options *o, struct row *r, double *bound, in
 /* What a policy's process hands back. */
 struct policy_report {
 	struct row row;
-	double bound;
+	struct bounds bound;
 	int models_shown;
 };
 
@@ -765,7 +774,7 @@ struct policy_report {
  * actors but leaves them recorded, so the next session's first transfer waits forever),
  * and so that a policy that crashes loses its row, not the table. The parent never starts
  * StarPU (nor CUDA), so forking is safe. */
-static void run_policy_in_child(const struct options *o, const char *policy, struct row *r, double *bound,
+static void run_policy_in_child(const struct options *o, const char *policy, struct row *r, struct bounds *bound,
 				int *models_shown)
 {
 	*r = (struct row){.policy = policy,
@@ -810,7 +819,7 @@ static void run_policy_in_child(const struct options *o, const char *policy, str
 	if (got == sizeof rep) {
 		*r = rep.row;
 		r->policy = policy;
-		if (!isnan(rep.bound))
+		if (!isnan(rep.bound.continuous))
 			*bound = rep.bound;
 		*models_shown = rep.models_shown;
 	} else if (WIFSIGNALED(status)) {
@@ -833,7 +842,7 @@ static void print_cell(double x, const char *fmt)
 		printf(fmt, x);
 }
 
-static void print_table(const struct options *o, const struct row *rows, int n, double bound)
+static void print_table(const struct options *o, const struct row *rows, int n, struct bounds bound)
 {
 	double baseline[NBASELINES];
 	for (int b = 0; b < NBASELINES; b++) {
@@ -846,17 +855,18 @@ static void print_table(const struct options *o, const struct row *rows, int n, 
 	       o->params, (int)ceil(o->params / o->subgroup), o->subgroup, dos_dtype_name(o->grad),
 	       o->has_weight ? dos_dtype_name(o->weight) : "none", o->steps);
 	printf("# /X: this row's time divided by policy X's (< 1: faster than X; '-': X not run); /bound: divided "
-	       "by the cost model's lower bound (%s)\n",
-	       isnan(bound) ? "not available yet" : "printed below");
-	printf("%-12s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n", "policy", "ms/step", "/dmda", "/all-cpu",
-	       "/stride", "/bound", "gpu%", "GB_h2d", "GB_d2h", "peakMiB", "flush_ms", "note");
+	       "by the cost model's lower bound, /whole: by the same counting whole subgroups (%s)\n",
+	       isnan(bound.continuous) ? "not available yet" : "printed below");
+	printf("%-12s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n", "policy", "ms/step", "/dmda", "/all-cpu",
+	       "/stride", "/bound", "/whole", "gpu%", "GB_h2d", "GB_d2h", "peakMiB", "flush_ms", "note");
 	for (int i = 0; i < n; i++) {
 		const struct row *r = &rows[i];
 		printf("%-12s", r->policy);
 		print_cell(r->step_s * 1e3, " %9.2f");
 		for (int b = 0; b < NBASELINES; b++)
 			print_cell(r->step_s / baseline[b], " %9.3f");
-		print_cell(r->step_s / bound, " %9.3f");
+		print_cell(r->step_s / bound.continuous, " %9.3f");
+		print_cell(r->step_s / bound.whole_subgroups, " %9.3f");
 		print_cell(r->gpu_share * 100.0, " %9.1f");
 		print_cell(r->h2d_per_step * 1e-9, " %9.3f");
 		print_cell(r->d2h_per_step * 1e-9, " %9.3f");
@@ -864,8 +874,10 @@ static void print_table(const struct options *o, const struct row *rows, int n, 
 		print_cell(r->flush_s * 1e3, " %9.2f");
 		printf("  %s\n", r->note);
 	}
-	if (!isnan(bound))
-		printf("# bound: %.2f ms per step\n", bound * 1e3);
+	if (!isnan(bound.continuous))
+		printf("# bound: %.2f ms per step\n", bound.continuous * 1e3);
+	if (!isnan(bound.whole_subgroups))
+		printf("# bound in whole subgroups: %.2f ms per step\n", bound.whole_subgroups * 1e3);
 }
 
 /* ---- Entry -------------------------------------------------------------------------------- */
@@ -944,7 +956,7 @@ int bench_optimizer(int argc, char **argv)
 	fflush(stdout);
 
 	struct row rows[MAX_POLICIES];
-	double bound = NAN;
+	struct bounds bound = {NAN, NAN};
 	int models_shown = 0;
 	for (int i = 0; i < o.npolicies; i++)
 		run_policy_in_child(&o, o.policies[i], &rows[i], &bound, &models_shown);

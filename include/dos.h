@@ -254,6 +254,15 @@ struct dos_sched_stats {
 int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
 			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds);
 
+/* The same bound counting whole subgroups: each subgroup's update is one task, which runs
+ * whole on one worker and moves whole, where the bound above splits the parameters
+ * continuously. Never below it; above it where a fraction of a subgroup decides (50
+ * subgroups: one is 2 % of the work). Subgroups of unequal sizes (`params` not a multiple
+ * of `subgroup_params`): the bound above. Same arguments and errors. */
+int dos_bound_update_whole_subgroups_seconds(unsigned sched_ctx, double params, double subgroup_params,
+					     enum dos_dtype grad_dtype, enum dos_dtype weight_dtype, int grads_on_gpu,
+					     int weights_on_gpu, double *seconds);
+
 /* Host measurements the dos policy plans with, recorded for this host (beside StarPU's
  * bus model, same host name) and written atomically; `dos-bench host` measures and
  * records both. Call them between starpu_init and starpu_shutdown. Errors: -EINVAL for a

@@ -125,18 +125,103 @@ static double bound_on(const struct dos_machine_costs *m, const struct dos_plan_
 	return only_resident;
 }
 
+/* The node's GPUs as the one GPU the bound plans on (the header comment), with the
+ * staging slots that pool keeps. */
+static const struct dos_machine_costs *node_as_one_gpu(const struct dos_machine_costs *m,
+						       struct dos_machine_costs *pool, int *slots)
+{
+	*slots = 2;
+	if (m->ngpus <= 1)
+		return m;
+	double g = m->ngpus;
+	*pool = *m;
+	pool->gpu_seconds_per_param = m->gpu_seconds_per_param / g;
+	pool->h2d_bytes_per_second = m->node_h2d_bytes_per_second;
+	pool->d2h_bytes_per_second = m->node_d2h_bytes_per_second;
+	pool->gpu_budget_bytes = m->gpu_budget_bytes * g;
+	pool->gpu_update_extra_bytes = m->gpu_update_extra_bytes * g;
+	pool->staging_margin_bytes = m->staging_margin_bytes * g;
+	*slots = 2 * m->ngpus;
+	return pool;
+}
+
 double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
 			  double *resident_params)
 {
-	if (m->ngpus <= 1)
-		return bound_on(m, sg, n, 2, resident_params);
-	double g = m->ngpus;
-	struct dos_machine_costs pool = *m;
-	pool.gpu_seconds_per_param = m->gpu_seconds_per_param / g;
-	pool.h2d_bytes_per_second = m->node_h2d_bytes_per_second;
-	pool.d2h_bytes_per_second = m->node_d2h_bytes_per_second;
-	pool.gpu_budget_bytes = m->gpu_budget_bytes * g;
-	pool.gpu_update_extra_bytes = m->gpu_update_extra_bytes * g;
-	pool.staging_margin_bytes = m->staging_margin_bytes * g;
-	return bound_on(&pool, sg, n, 2 * m->ngpus, resident_params);
+	struct dos_machine_costs pool;
+	int slots;
+	const struct dos_machine_costs *one = node_as_one_gpu(m, &pool, &slots);
+	return bound_on(one, sg, n, slots, resident_params);
+}
+
+/* The time of `resident`, `staged` and `cpu` whole subgroups of `size` params each on one
+ * GPU (or the pool), their CPU updates shared by the workers: the four resources' loads,
+ * as in the continuous bound, each with the fill that whole tasks cannot avoid. A
+ * gradient made on the GPU crosses the link before the CPU can update with it; a staged
+ * subgroup's state arrives before its update and leaves after it, so the first staged
+ * update waits for one transfer in, the last ends one update and one write-back after
+ * the last transfer in, and the write-backs follow the first update. */
+static double whole_split_seconds(const struct dos_machine_costs *m, double size, int resident, int staged, int cpu)
+{
+	int ncpu = m->ncpu_workers > 0 ? m->ncpu_workers : 1;
+	double cpu_update = size * m->cpu_seconds_per_param * m->host_contention;
+	double gpu_update = size * m->gpu_seconds_per_param;
+	double grad_down = dos_cpu_path_d2h_bytes(m, size) / m->d2h_bytes_per_second;
+	double in = dos_gpu_path_h2d_bytes(m, size, 0) / m->h2d_bytes_per_second;
+	double back = dos_gpu_path_d2h_bytes(m, size, 0) / m->d2h_bytes_per_second;
+	double h2d = (resident * dos_gpu_path_h2d_bytes(m, size, 1) + staged * dos_gpu_path_h2d_bytes(m, size, 0) +
+		      cpu * dos_cpu_path_h2d_bytes(m, size)) /
+		     m->h2d_bytes_per_second;
+	double d2h = (resident * dos_gpu_path_d2h_bytes(m, size, 1) + staged * dos_gpu_path_d2h_bytes(m, size, 0) +
+		      cpu * dos_cpu_path_d2h_bytes(m, size)) /
+		     m->d2h_bytes_per_second;
+	double t = fmax(fmax(h2d, d2h), (resident + staged) * gpu_update);
+	if (cpu > 0)
+		t = fmax(t, grad_down + ceil((double)cpu / ncpu) * cpu_update);
+	if (staged > 0) {
+		t = fmax(t, in + staged * gpu_update + back);
+		t = fmax(t, staged * in + gpu_update + back);
+		t = fmax(t, in + gpu_update + staged * back);
+	}
+	return t;
+}
+
+/* The same bound counting whole subgroups, where every subgroup has the same size: the
+ * update of a subgroup is one task, which runs whole on one worker and moves whole. The
+ * least, over the numbers of subgroups kept resident, staged and updated on the CPU that
+ * the same memory rules allow, of whole_split_seconds. Still a lower bound (no latency,
+ * each resource's fill counted alone), never below the continuous one, and above it where
+ * the continuous split sits a fraction of a subgroup away from every schedule: 50
+ * subgroups of 1e8 on an h100-pcie5 whose CPU worker updates one in 45 ms and whose GPU
+ * holds 47.25 subgroups' state: the continuous split gives the CPU 2.75 subgroups, every
+ * schedule 3, and their first gradient must come down first (136 + 8 ms against the
+ * continuous 125). Subgroups of different sizes: the continuous bound. */
+double _dos_bound_whole_subgroups_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n)
+{
+	struct dos_machine_costs pool;
+	int slots;
+	const struct dos_machine_costs *one = node_as_one_gpu(m, &pool, &slots);
+	double continuous = bound_on(one, sg, n, slots, NULL);
+	if (n <= 0 || !isfinite(continuous) || !isfinite(one->gpu_seconds_per_param) ||
+	    fmax(one->gpu_budget_bytes, dos_staging_room_bytes(one, 0.0)) <= 0)
+		return continuous;
+	double size = sg[0].params;
+	for (int i = 1; i < n; i++)
+		if (sg[i].params != size)
+			return continuous;
+	double state = size * DOS_STATE_BYTES_PER_PARAM;
+	double slot_bytes = slots * size * dos_staging_bytes_per_param(one);
+	int staging = dos_staging_room_bytes(one, 0.0) >= slot_bytes;
+	double room_alone = fmax(0.0, one->gpu_budget_bytes);
+	double room_beside_slots =
+		staging ? fmax(0.0, fmin(one->gpu_budget_bytes, dos_staging_room_bytes(one, slot_bytes))) : 0.0;
+	double best = INFINITY;
+	for (int resident = 0; resident <= n; resident++) {
+		int may_stage = staging && resident * state <= room_beside_slots;
+		if (!may_stage && resident * state > room_alone)
+			break;
+		for (int staged = 0; staged <= (may_stage ? n - resident : 0); staged++)
+			best = fmin(best, whole_split_seconds(one, size, resident, staged, n - resident - staged));
+	}
+	return fmax(best, continuous);
 }

@@ -42,4 +42,8 @@ void _dos_plan_resident(int n, double ratio, enum dos_placement *out); /* Twin-F
 double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n,
 			  double *resident_params);
 
+/* The same, counting whole subgroups where they all have the same size (bound.c): the
+ * best any schedule of these update tasks can do in the same model. */
+double _dos_bound_whole_subgroups_seconds(const struct dos_machine_costs *m, const struct dos_plan_subgroup *sg, int n);
+
 #endif /* DOS_PLANNER_H */

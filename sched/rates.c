@@ -372,19 +372,23 @@ void _dos_measure_task_costs(struct starpu_task *big, double big_params, struct 
 	out->gpu_task_seconds = fixed_task_seconds(big, big_params, small, small_params, gpu, sched_ctx);
 }
 
-int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
-			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds)
+/* dos_bound_update_seconds and dos_bound_update_whole_subgroups_seconds (named `api` in
+ * errors). */
+static int bound_update_seconds(const char *api, unsigned sched_ctx, double params, double subgroup_params,
+				enum dos_dtype grad_dtype, enum dos_dtype weight_dtype, int grads_on_gpu,
+				int weights_on_gpu, int whole_subgroups, double *seconds)
 {
 	if (!seconds)
-		return DOS_FAIL(-EINVAL, "seconds is NULL");
+		return _dos_fail(-EINVAL, api, "seconds is NULL");
 	if (!(params >= 1 && params < 1e15))
-		return DOS_FAIL(-EINVAL, "params = %g must be in [1, 1e15)", params);
+		return _dos_fail(-EINVAL, api, "params = %g must be in [1, 1e15)", params);
 	if (!(subgroup_params >= 1 && subgroup_params <= 4294967295.0 && subgroup_params <= params))
-		return DOS_FAIL(-EINVAL, "subgroup_params = %g must be in [1, min(params, 2^32 - 1)]", subgroup_params);
+		return _dos_fail(-EINVAL, api, "subgroup_params = %g must be in [1, min(params, 2^32 - 1)]",
+				 subgroup_params);
 	int err;
-	if ((err = _dos_check_dtype(__func__, "grad_dtype", grad_dtype, 0)) ||
-	    (err = _dos_check_dtype(__func__, "weight_dtype", weight_dtype, 0)) ||
-	    (err = _dos_check_sched_ctx(__func__, "sched_ctx", sched_ctx)))
+	if ((err = _dos_check_dtype(api, "grad_dtype", grad_dtype, 0)) ||
+	    (err = _dos_check_dtype(api, "weight_dtype", weight_dtype, 0)) ||
+	    (err = _dos_check_sched_ctx(api, "sched_ctx", sched_ctx)))
 		return err;
 	/* a probe update task on handles with no memory behind them: only its sizes matter */
 	uint32_t n = (uint32_t)subgroup_params;
@@ -417,20 +421,21 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
 					 (homes.weights_on_gpu ? homes.weight_bytes_per_param : 0.0));
 		_dos_measure_costs(probe, subgroup_params, sched_ctx, &homes, homed, &m, &calibrated);
 		if (!calibrated)
-			err = DOS_FAIL(-ENODATA,
-				       "StarPU's dos_adam perfmodel has no measurements for subgroups of %g params on "
-				       "this machine yet: a bound from default rates would mean nothing",
-				       subgroup_params);
+			err = _dos_fail(-ENODATA, api,
+					"StarPU's dos_adam perfmodel has no measurements for subgroups of %g params on "
+					"this machine yet: a bound from default rates would mean nothing",
+					subgroup_params);
 		int count = (int)ceil(params / subgroup_params);
 		struct dos_plan_subgroup *sg = err ? NULL : malloc((size_t)count * sizeof *sg);
 		if (!err && !sg)
-			err = DOS_FAIL(-ENOMEM, "out of memory for %d subgroups", count);
+			err = _dos_fail(-ENOMEM, api, "out of memory for %d subgroups", count);
 		if (!err) {
 			for (int i = 0; i < count; i++)
 				sg[i] = (struct dos_plan_subgroup){
 					.params = fmin(subgroup_params, params - (double)i * subgroup_params),
 					.resident_now = 0};
-			*seconds = _dos_bound_seconds(&m, sg, count, NULL);
+			*seconds = whole_subgroups ? _dos_bound_whole_subgroups_seconds(&m, sg, count)
+						   : _dos_bound_seconds(&m, sg, count, NULL);
 		}
 		free(sg);
 		probe->destroy = 0; /* never submitted */
@@ -439,4 +444,19 @@ int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_
 	for (int b = 0; b < 5; b++)
 		starpu_data_unregister_no_coherency(h[b]);
 	return err;
+}
+
+int dos_bound_update_seconds(unsigned sched_ctx, double params, double subgroup_params, enum dos_dtype grad_dtype,
+			     enum dos_dtype weight_dtype, int grads_on_gpu, int weights_on_gpu, double *seconds)
+{
+	return bound_update_seconds(__func__, sched_ctx, params, subgroup_params, grad_dtype, weight_dtype,
+				    grads_on_gpu, weights_on_gpu, 0, seconds);
+}
+
+int dos_bound_update_whole_subgroups_seconds(unsigned sched_ctx, double params, double subgroup_params,
+					     enum dos_dtype grad_dtype, enum dos_dtype weight_dtype, int grads_on_gpu,
+					     int weights_on_gpu, double *seconds)
+{
+	return bound_update_seconds(__func__, sched_ctx, params, subgroup_params, grad_dtype, weight_dtype,
+				    grads_on_gpu, weights_on_gpu, 1, seconds);
 }

@@ -235,6 +235,10 @@ int main(void)
 	       "weight_dtype = 8", NULL);
 	expect(dos_bound_update_seconds(99, 1e6, 1e5, DOS_FP16, DOS_BF16, 0, 0, &seconds), -EINVAL,
 	       "sched_ctx = 99 is not a scheduling context", NULL);
+	expect(dos_bound_update_whole_subgroups_seconds(0, 1e6, 2e6, DOS_FP16, DOS_BF16, 0, 0, &seconds), -EINVAL,
+	       "dos_bound_update_whole_subgroups_seconds: subgroup_params = 2e+06", NULL);
+	expect(dos_bound_update_whole_subgroups_seconds(0, 1e6, 1e5, DOS_FP16, (enum dos_dtype)8, 0, 0, &seconds),
+	       -EINVAL, "weight_dtype = 8", NULL);
 	CHECK(seconds == 12.5, "a refused bound wrote %g", seconds);
 
 	/* host measurements: refused values leave what this host has recorded */

@@ -81,12 +81,18 @@ static double check_plan(const char *what, double budget, int resident_now, doub
 	double all_cpu = _dos_plan_predict(&m, sg, N, base);
 	_dos_plan_stride(N, 2, base);
 	double stride2 = _dos_plan_predict(&m, sg, N, base);
-	printf("%-34s bound %.3f s  plan %.3f s (%.3fx bound, %d/%d on GPU)  all-cpu %.3f s  stride-2 %.3f s\n", what,
-	       bound, planned, planned / bound, gpu_count(place), N, all_cpu, stride2);
+	double whole = _dos_bound_whole_subgroups_seconds(&m, sg, N);
+	printf("%-34s bound %.3f s (%.3f s in whole subgroups)  plan %.3f s (%.3fx bound, %d/%d on GPU)  all-cpu %.3f "
+	       "s  "
+	       "stride-2 %.3f s\n",
+	       what, bound, whole, planned, planned / bound, gpu_count(place), N, all_cpu, stride2);
 	if (expected_bound > 0)
 		CHECK(fabs(bound / expected_bound - 1) < 0.03,
 		      "%s: bound %.4f s, the model of docs/background.md gives %.4f s", what, bound, expected_bound);
 	CHECK(planned >= bound * (1 - 1e-9), "%s: plan %.4f s beats the bound %.4f s", what, planned, bound);
+	CHECK(whole >= bound && planned >= whole * (1 - 1e-9),
+	      "%s: the bound in whole subgroups %.4f s is below the continuous one %.4f s or above the plan %.4f s",
+	      what, whole, bound, planned);
 	CHECK(planned <= 1.15 * bound, "%s: plan %.4f s is over 1.15x the bound %.4f s", what, planned, bound);
 	CHECK(planned <= all_cpu && planned <= stride2, "%s: plan %.4f s slower than a baseline", what, planned);
 	return planned;
@@ -186,8 +192,31 @@ static void check_launch_bound(void)
 	CHECK(planned < all_cpu, "%d launch-bound updates: %g s, no faster than all on the CPU", NORMS, planned);
 }
 
+/* The bound in whole subgroups (bound.c) where the answer is known by hand: the 20B
+ * example with room for the state of 47.25 subgroups (56.7 GB). Every schedule leaves the
+ * CPU at least 3 subgroups (staging beside 45 resident ones ends no sooner), after the
+ * first of their gradients came down (0.2 GB at 25 GB/s: 8 ms): 8 + 3 x 45.4 ms. The
+ * continuous bound, which splits subgroups, is below it. Subgroups of different sizes:
+ * the continuous bound. */
+static void check_whole_subgroups_bound(void)
+{
+	struct dos_machine_costs m = h100_rank(47.25 * SUBGROUP * DOS_STATE_BYTES_PER_PARAM);
+	struct dos_plan_subgroup sg[N];
+	subgroups(sg, 0);
+	double continuous = _dos_bound_seconds(&m, sg, N, NULL);
+	double whole = _dos_bound_whole_subgroups_seconds(&m, sg, N);
+	printf("bound, 47.25 subgroups' state on the GPU: continuous %.4f s, in whole subgroups %.4f s\n", continuous,
+	       whole);
+	CHECK(fabs(whole - (0.008 + 3 * 0.0454)) < 1e-6, "bound in whole subgroups %.6f s, by hand 0.144200 s", whole);
+	CHECK(continuous < whole, "continuous bound %.6f s not below the one in whole subgroups", continuous);
+	sg[N - 1].params = SUBGROUP / 2;
+	CHECK(_dos_bound_whole_subgroups_seconds(&m, sg, N) == _dos_bound_seconds(&m, sg, N, NULL),
+	      "unequal subgroups: the bound in whole subgroups is not the continuous one");
+}
+
 int main(void)
 {
+	check_whole_subgroups_bound();
 	/* The worked example of docs/background.md: 2 staging slots of state, no room for
 	 * residency. */
 	double slots_only = 2.0 * SUBGROUP * DOS_STATE_BYTES_PER_PARAM;

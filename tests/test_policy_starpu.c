@@ -141,6 +141,11 @@ int main(void)
 		int berr = dos_bound_update_seconds(0, SIZE * NSUB, SIZE, DOS_FP16, DOS_BF16, 0, 0, &bound);
 		CHECK((berr == 0 && isfinite(bound) && bound > 0) || berr == -ENODATA,
 		      "%s: bound of this step: %d, %g (%s)", names[k], berr, bound, dos_last_error());
+		double whole = NAN;
+		int werr = dos_bound_update_whole_subgroups_seconds(0, SIZE * NSUB, SIZE, DOS_FP16, DOS_BF16, 0, 0,
+								    &whole);
+		CHECK(werr == berr && (berr || whole >= bound), "%s: bound in whole subgroups: %d, %g (continuous %g)",
+		      names[k], werr, whole, bound);
 		CHECK(dos_bound_update_seconds(0, 1e9, 1e8, DOS_FP16, DOS_BF16, 1, 1, &bound) == -ENODATA,
 		      "%s: a bound for a never-measured subgroup size must be refused", names[k]);
 		CHECK(dos_bound_update_seconds(0, 1e9, 2e9, DOS_FP16, DOS_BF16, 1, 1, &bound) == -EINVAL &&

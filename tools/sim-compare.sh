@@ -9,7 +9,7 @@
 #   a100-pcie4 and h200, gradients and 16-bit weights in host memory (--homes host: the
 #   whole GPU, and 8 GiB for the optimizer) or on the GPU as in training (--homes gpu: the
 #   whole GPU, and 32 GiB in all); the median of the timed steps after one warm-up, against
-#   the bound (sched/bound.c);
+#   the bound (sched/bound.c), split continuously and in whole subgroups;
 # - training iterations ("train"): dos-train --simulate on h100-pcie5, the bf16 1b model
 #   with the whole GPU and with 16000, 12000 and 9000 MiB (STARPU_LIMIT_CUDA_MEM), and the
 #   bf16 7b model with activation checkpointing; the steady iteration (median interval
@@ -77,10 +77,12 @@ bench_case() {
 	row=$(awk -v label="$label" '
 		$1 ~ /^(dos|dmda|stride|resident)$/ && NF >= 11 { t[$1] = $2 }
 		/^# bound:/ { bound = $3 }
+		/^# bound in whole subgroups:/ { whole = $6 }
 		END {
 			best = t["stride"] < t["resident"] ? t["stride"] : t["resident"]
-			printf "| %s | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.3f | %.3f |", label, t["dos"], bound,
-				t["dos"] / bound, t["dmda"], t["stride"], t["resident"], t["dos"] / t["dmda"], t["dos"] / best
+			printf "| %s | %.1f | %.1f | %.3f | %.1f | %.3f | %.1f | %.1f | %.1f | %.3f | %.3f |", label, t["dos"],
+				bound, t["dos"] / bound, whole, t["dos"] / whole, t["dmda"], t["stride"], t["resident"],
+				t["dos"] / t["dmda"], t["dos"] / best
 		}' "$file")
 	bench_rows+=("$row")
 }
@@ -131,10 +133,11 @@ done
 
 if ((${#bench_rows[@]})); then
 	echo
-	echo "Update phase, 20B per rank, median of $BENCH_STEPS steps after a warm-up (ms; /best static: against the faster of stride and resident)"
+	echo "Update phase, 20B per rank, median of $BENCH_STEPS steps after a warm-up (ms; bound: parameters split continuously;"
+	echo "whole: the same in whole subgroups, each update one task; /best static: against the faster of stride and resident)"
 	echo
-	echo "| case | dos | bound | dos/bound | dmda | stride | resident | dos/dmda | dos/best static |"
-	echo "|---|---|---|---|---|---|---|---|---|"
+	echo "| case | dos | bound | dos/bound | whole | dos/whole | dmda | stride | resident | dos/dmda | dos/best static |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
 	printf '%s\n' "${bench_rows[@]}"
 fi
 if ((${#train_rows[@]})); then
