@@ -29,13 +29,32 @@ per_step() { # the simulated seconds per step in dos-train output FILE
 	sed -n 's/.*(\([0-9.]*\) s per step).*/\1/p' "$1"
 }
 
-# check_dos_to_bound OUT LABEL MAX: dos's row in the dos-bench output OUT is at least the
-# bound and at most MAX times it
+# column OUT POLICY NAME: the value in the column named NAME in the table's header of
+# POLICY's row in the dos-bench output OUT
+column() {
+	awk -v p="$2" -v name="$3" '$1 == "policy" {for (i = 1; i <= NF; i++) if ($i == name) c = i} c && $1 == p {print $c}' "$1"
+}
+
+# peak_within OUT LIMIT_MIB POLICY_REGEX: every row of those policies in the dos-bench
+# output OUT has a peak of GPU memory, within LIMIT_MIB
+peak_within() {
+	awk -v lim="$2" -v policies="^($3)$" '
+		$1 == "policy" {for (i = 1; i <= NF; i++) if ($i == "peakMiB") c = i}
+		c && $1 ~ policies && ($c == "-" || $c > lim) {bad = 1}
+		END {exit bad || !c}' "$1"
+}
+
+# check_dos_to_bound OUT LABEL MAX [MAX_WHOLE]: dos's row in the dos-bench output OUT is
+# at least the bound and at most MAX times it, and at most MAX_WHOLE (default 1.05) times
+# the bound in whole subgroups (sched/bound.c): what no schedule of these tasks beats
 check_dos_to_bound() {
-	local to_bound
-	to_bound=$(awk '$1 == "dos" {print $6}' "$1")
+	local to_bound to_whole
+	to_bound=$(column "$1" dos /bound)
+	to_whole=$(column "$1" dos /whole)
 	awk -v r="$to_bound" -v max="$3" 'BEGIN {exit !(r != "" && r >= 1 && r <= max)}'
 	check "$2: dos at ${to_bound}x the bound (at least 1, at most ${3}x)" $?
+	awk -v r="$to_whole" -v max="${4:-1.05}" 'BEGIN {exit !(r != "" && r >= 1 && r <= max)}'
+	check "$2: dos at ${to_whole}x the bound in whole subgroups (at least 1, at most ${4:-1.05}x)" $?
 }
 
 # check_no_slower_than_dmda LABEL DOS_S DMDA_S: dos's seconds are no more than dmda's
@@ -67,13 +86,10 @@ run_case() {
 	awk -v d="$dos" -v s="$stride" -v m="$dmda" 'BEGIN {b = s < m ? s : m; exit !(d <= b * 1.001)}'
 	check "$label: dos ${dos} ms <= min(stride ${stride}, dmda ${dmda}) ms" $?
 	if [[ -n $max_to_bound ]]; then
-		local to_bound
-		to_bound=$(awk '$1 == "dos" {print $6}' "$out")
-		awk -v r="$to_bound" -v max="$max_to_bound" 'BEGIN {exit !(r != "" && r <= max)}'
-		check "$label: dos at ${to_bound}x the bound (at most ${max_to_bound}x)" $?
+		check_dos_to_bound "$out" "$label" "$max_to_bound"
 	fi
 	if [[ $mem != 0 ]]; then
-		awk -v lim="$mem" '$1 ~ /^(dos|stride|dmda)$/ && $10 != "-" && $10 > lim {bad = 1} END {exit bad}' "$out"
+		peak_within "$out" "$mem" 'dos|stride|dmda'
 		check "$label: peak GPU memory within the limit" $?
 	fi
 	local home_lines
@@ -106,7 +122,7 @@ full_gpu_case() { # MACHINE PARAMS
 		eval "$("$top"/tools/sim-env.sh "$1" "$home/full-$1")"
 		timeout 300 "$bench" optimizer --params "$2" --subgroup 1e8 --steps 2 --gpu-mem-mib 8192 --policies dos >"$out" 2>&1
 	)
-	! grep -q 'Deadlock detected' "$out" && awk '$1 == "dos" && $2 + 0 > 0 && $10 <= 8192 {ok = 1} END {exit !ok}' "$out" &&
+	! grep -q 'Deadlock detected' "$out" && awk '$1 == "dos" && $2 + 0 > 0 {ok = 1} END {exit !ok}' "$out" && peak_within "$out" 8192 dos &&
 		grep -q 'state valid on the host after it: \([0-9]*\) of \1 handles' "$out"
 	check "$1, 8 GiB per GPU: $2 params in subgroups of 1e8, host homes: dos completes within the limit, state home ($(awk '$1 == "dos" {print $2}' "$out") ms)" $?
 }
@@ -127,7 +143,10 @@ grep -E '^# dos: per step|^dos ' "$pairs_out"
 pairs_h2d=$(sed -n 's/^# dos: per step.*CUDA 0 [0-9.]* (H2D \([0-9.]*\) GB.*CUDA 1 [0-9.]* (H2D \([0-9.]*\) GB.*CUDA 2 [0-9.]* (H2D \([0-9.]*\) GB.*CUDA 3 [0-9.]* (H2D \([0-9.]*\) GB.*/\1 \2 \3 \4/p' "$pairs_out")
 echo "$pairs_h2d" | awk '{a = $1 + $2; b = $3 + $4; exit !(NF == 4 && a > 0 && b / a >= 0.8 && b / a <= 1.25)}'
 check "h100-pcie5-x4, 8 GiB per GPU, 20B: both switches carry the staging alike (H2D GB per step, GPUs 0 1 2 3: $pairs_h2d)" $?
-check_dos_to_bound "$pairs_out" "h100-pcie5-x4, 8 GiB per GPU, 20B" 1.10
+# 1.10x both ways, issue 17's target on several GPUs: both bounds pool the 4 GPUs into
+# one (bound.c), which no placement of whole subgroups on separate GPUs need reach
+# (1.056x in whole subgroups, 1601.3 ms)
+check_dos_to_bound "$pairs_out" "h100-pcie5-x4, 8 GiB per GPU, 20B" 1.10 1.10
 
 python3 "$top"/tools/gen-machine.py --check >/dev/null
 check "sched/machines matches tools/gen-machine.py" $?
@@ -164,7 +183,7 @@ x4_case() { # MEM_MIB MAX_TO_BOUND
 		check "$label: dos ${dos} ms < $other ${t} ms" $?
 	done
 	if [[ $mem != 0 ]]; then
-		awk -v lim="$mem" '$1 ~ /^(dos|lws|resident|stride)$/ && ($10 == "-" || $10 > lim) {bad = 1} END {exit bad}' "$out"
+		peak_within "$out" "$mem" 'dos|lws|resident|stride'
 		check "$label: peak GPU memory within the limit" $?
 	fi
 }
