@@ -269,18 +269,25 @@ void dos_train_print_library_error(FILE *err)
 {
 	const char *message = _dos_last_error_message();
 	const size_t names = sizeof option_names / sizeof *option_names;
-	fputs("dos-train: ", err);
-	while (*message) {
+	/* the line is built whole, then written at once: stderr is unbuffered, and written a
+	 * character at a time the lines of a job's ranks interleaved mid-line */
+	char line[4096];
+	size_t at = (size_t)snprintf(line, sizeof line, "dos-train: ");
+	while (*message && at < sizeof line - 2) {
 		size_t i = 0;
 		while (i < names && strncmp(message, option_names[i].field, strlen(option_names[i].field)))
 			i++;
 		if (i < names) {
-			fputs(option_names[i].option, err);
+			at += (size_t)snprintf(line + at, sizeof line - 1 - at, "%s", option_names[i].option);
+			at = at < sizeof line - 2 ? at : sizeof line - 2;
 			message += strlen(option_names[i].field);
-		} else
-			fputc(*message++, err);
+		} else {
+			line[at++] = *message++;
+		}
 	}
-	fputc('\n', err);
+	line[at++] = '\n';
+	line[at] = '\0';
+	fputs(line, err);
 }
 
 /* The settings the options give, judged by the library's own rules (one home for each:
