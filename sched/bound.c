@@ -163,22 +163,21 @@ double _dos_bound_seconds(const struct dos_machine_costs *m, const struct dos_pl
  * the last transfer in, and the write-backs follow the first update. */
 static double whole_split_seconds(const struct dos_machine_costs *m, double size, int resident, int staged, int cpu)
 {
+	struct linear l[4]; /* the loads as in the continuous bound; the CPU's is counted whole below */
+	resource_lines(m, size * (resident + staged + cpu), size * resident, l);
+	double t = 0;
+	for (int k = 1; k < 4; k++)
+		t = fmax(t, l[k].at0 + l[k].slope * size * staged);
 	int ncpu = m->ncpu_workers > 0 ? m->ncpu_workers : 1;
 	double cpu_update = size * m->cpu_seconds_per_param * m->host_contention;
 	double gpu_update = size * m->gpu_seconds_per_param;
-	double grad_down = dos_cpu_path_d2h_bytes(m, size) / m->d2h_bytes_per_second;
-	double in = dos_gpu_path_h2d_bytes(m, size, 0) / m->h2d_bytes_per_second;
-	double back = dos_gpu_path_d2h_bytes(m, size, 0) / m->d2h_bytes_per_second;
-	double h2d = (resident * dos_gpu_path_h2d_bytes(m, size, 1) + staged * dos_gpu_path_h2d_bytes(m, size, 0) +
-		      cpu * dos_cpu_path_h2d_bytes(m, size)) /
-		     m->h2d_bytes_per_second;
-	double d2h = (resident * dos_gpu_path_d2h_bytes(m, size, 1) + staged * dos_gpu_path_d2h_bytes(m, size, 0) +
-		      cpu * dos_cpu_path_d2h_bytes(m, size)) /
-		     m->d2h_bytes_per_second;
-	double t = fmax(fmax(h2d, d2h), (resident + staged) * gpu_update);
-	if (cpu > 0)
+	if (cpu > 0) {
+		double grad_down = dos_cpu_path_d2h_bytes(m, size) / m->d2h_bytes_per_second;
 		t = fmax(t, grad_down + ceil((double)cpu / ncpu) * cpu_update);
+	}
 	if (staged > 0) {
+		double in = dos_gpu_path_h2d_bytes(m, size, 0) / m->h2d_bytes_per_second;
+		double back = dos_gpu_path_d2h_bytes(m, size, 0) / m->d2h_bytes_per_second;
 		t = fmax(t, in + staged * gpu_update + back);
 		t = fmax(t, staged * in + gpu_update + back);
 		t = fmax(t, in + gpu_update + staged * back);

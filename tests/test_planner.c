@@ -82,9 +82,8 @@ static double check_plan(const char *what, double budget, int resident_now, doub
 	_dos_plan_stride(N, 2, base);
 	double stride2 = _dos_plan_predict(&m, sg, N, base);
 	double whole = _dos_bound_whole_subgroups_seconds(&m, sg, N);
-	printf("%-34s bound %.3f s (%.3f s in whole subgroups)  plan %.3f s (%.3fx bound, %d/%d on GPU)  all-cpu %.3f "
-	       "s  "
-	       "stride-2 %.3f s\n",
+	printf("%-34s bound %.3f s (%.3f s in whole subgroups)  plan %.3f s (%.3fx bound, %d/%d on GPU)  "
+	       "all-cpu %.3f s  stride-2 %.3f s\n",
 	       what, bound, whole, planned, planned / bound, gpu_count(place), N, all_cpu, stride2);
 	if (expected_bound > 0)
 		CHECK(fabs(bound / expected_bound - 1) < 0.03,
