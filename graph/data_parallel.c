@@ -122,8 +122,11 @@ int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_d
 	return 0;
 }
 
+static double combine_over_ranks(double x, int largest);
+
 void _dos_dp_shutdown(void)
 {
+	_dos_dp_barrier(); /* watched, unlike StarPU-MPI's: every rank is here, nothing more will come */
 	mpi_running = 0;
 	starpu_mpi_wait_for_all(MPI_COMM_WORLD);
 	starpu_mpi_barrier(MPI_COMM_WORLD);
@@ -131,16 +134,17 @@ void _dos_dp_shutdown(void)
 	finalize_mpi();
 }
 
+/* A sum that every rank must reach: not starpu_mpi_barrier, which waits in MPI where
+ * StarPU's watchdog does not look (see _dos_dp_recv). */
 void _dos_dp_barrier(void)
 {
-	if (mpi_running)
-		starpu_mpi_barrier(MPI_COMM_WORLD);
+	(void)combine_over_ranks(0, 0);
 }
 
 /* Through StarPU-MPI like every other message: MPI is initialised for one thread at a
  * time (MPI_THREAD_SERIALIZED; SMPI: MPI_THREAD_SINGLE), and StarPU-MPI's progress thread
  * is the one that talks. Rank 0 combines the values in rank order (a sum, or the largest
- * when `largest`) and sends the result back. */
+ * when `largest`) and sends the result back. The receives are _dos_dp_recv's, watched. */
 static double combine_over_ranks(double x, int largest)
 {
 	if (!mpi_running)
@@ -151,12 +155,10 @@ static double combine_over_ranks(double x, int largest)
 	double value = x;
 	starpu_data_handle_t h;
 	starpu_variable_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)&value, sizeof value);
-	int64_t up = message_tag(DOS_DP_SUM, 0), down = message_tag(DOS_DP_SUM, 1);
 	if (rank == 0) { /* in rank order: the same sum on every run */
 		double sum = x;
 		for (int r = 1; r < size; r++) {
-			STARPU_CHECK_RETURN_VALUE(starpu_mpi_recv(h, r, up, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-						  "starpu_mpi_recv");
+			_dos_dp_recv(h, r, DOS_DP_SUM, 0);
 			starpu_data_acquire(h, STARPU_R);
 			sum = largest ? (value > sum ? value : sum) : sum + value;
 			starpu_data_release(h);
@@ -165,13 +167,12 @@ static double combine_over_ranks(double x, int largest)
 		value = sum;
 		starpu_data_release(h);
 		for (int r = 1; r < size; r++)
-			STARPU_CHECK_RETURN_VALUE(starpu_mpi_send(h, r, down, MPI_COMM_WORLD), "starpu_mpi_send");
+			_dos_dp_send(h, r, DOS_DP_SUM, 1);
 	} else {
-		STARPU_CHECK_RETURN_VALUE(starpu_mpi_send(h, 0, up, MPI_COMM_WORLD), "starpu_mpi_send");
-		STARPU_CHECK_RETURN_VALUE(starpu_mpi_recv(h, 0, down, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-					  "starpu_mpi_recv");
+		_dos_dp_send(h, 0, DOS_DP_SUM, 0);
+		_dos_dp_recv(h, 0, DOS_DP_SUM, 1);
 	}
-	starpu_data_unregister(h); /* brings the value home */
+	starpu_data_unregister(h); /* after the transfers; brings the value home */
 	return value;
 }
 
@@ -192,10 +193,21 @@ void _dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint
 	STARPU_ASSERT_MSG(err == 0, "StarPU-MPI refused a send to rank %d (%d)", to, err);
 }
 
+/* StarPU's watchdog (STARPU_WATCHDOG_TIMEOUT; dos-train's stop_hung_run) looks only while
+ * tasks are submitted and none ends. A rank waiting for another's message with nothing
+ * submitted, in a sum or an acquire, was not watched: with the other rank stopped
+ * (SIGSTOP, a hung node), rank 0 waited in the per-step agreement on stop requests for
+ * good. A task that reads what arrives, and runs nowhere, stays submitted until the
+ * message is in: a wait for any message is a hang the watchdog sees. */
+static struct starpu_codelet arrival_cl = {
+	.where = STARPU_NOWHERE, .nbuffers = 1, .modes = {STARPU_R}, .name = "dos_dp_arrival"};
+
 void _dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index)
 {
 	int err = starpu_mpi_irecv_detached(h, from, message_tag(kind, index), MPI_COMM_WORLD, NULL, NULL);
 	STARPU_ASSERT_MSG(err == 0, "StarPU-MPI refused a receive from rank %d (%d)", from, err);
+	err = starpu_task_insert(&arrival_cl, STARPU_R, h, 0);
+	STARPU_ASSERT_MSG(err == 0, "StarPU refused the task that waits for a message from rank %d (%d)", from, err);
 }
 
 #else /* a single process: nothing is ever sent */

@@ -79,9 +79,12 @@ int _dos_dp_launched(void);
  * -ENOSYS without StarPU-MPI, or the failing step's error. */
 int _dos_dp_init(int *argc, char ***argv, struct starpu_conf *conf, struct dos_data_parallel *dp,
 		 struct dos_rank_binding *binding);
-/* Waits for every transfer, then starpu_mpi_shutdown and MPI_Finalize. */
+/* Every rank reaches it (_dos_dp_barrier), then waits for every transfer,
+ * starpu_mpi_shutdown and MPI_Finalize. */
 void _dos_dp_shutdown(void);
-/* Every rank reaches this point before any goes on. */
+/* Every rank reaches this point before any goes on. Like every wait for another rank
+ * (_dos_dp_sum, _dos_dp_max, an acquire after _dos_dp_recv), StarPU's watchdog sees it:
+ * a rank that never comes ends the job on STARPU_WATCHDOG_TIMEOUT, not a hang for good. */
 void _dos_dp_barrier(void);
 /* Sum of x over the ranks in rank order, the same on every rank (agreements on errors,
  * reports); every rank must call it at the same point. */
@@ -89,7 +92,8 @@ double _dos_dp_sum(double x);
 /* The largest x over the ranks, the same on every rank; called like _dos_dp_sum. */
 double _dos_dp_max(double x);
 
-/* Detached, ordered like a task reading (send) or writing (receive) the handle. */
+/* Detached, ordered like a task reading (send) or writing (receive) the handle; a receive
+ * keeps a task that runs nowhere submitted until its message is in (the watchdog). */
 void _dos_dp_send(starpu_data_handle_t h, int to, enum dos_dp_message kind, uint64_t index);
 void _dos_dp_recv(starpu_data_handle_t h, int from, enum dos_dp_message kind, uint64_t index);
 

@@ -16,7 +16,8 @@
 #     killed before its manifest are no checkpoint, and a fresh run says to remove them;
 #     SIGTERM to one rank stops both after the same step, saved there;
 #  4. ranks given other options or data stop before the run, rank 0 naming what differs;
-#     a rank stopped (SIGSTOP) ends the job on the watchdog, which names that cause.
+#     a rank stopped (SIGSTOP) ends the job on the watchdog, which names that cause, and
+#     so does a rank that never answers a sum or a barrier (tests/dp_silent_rank).
 # And the scatter exchange (--dp-exchange scatter): the same bits under several policies,
 # close to one process in fp32 (1b above).
 # DOS_QUICK_CHECK=1 (sanitizer and distcheck builds): 2 ranks only in part 1, one SIGKILL.
@@ -349,3 +350,17 @@ unset STARPU_WATCHDOG_TIMEOUT
 grep -q "or another rank of this job of 2 that stopped sending" "$work/log" ||
 	fail "a job with a stopped rank: the watchdog did not name the other rank: $(cat "$work/log")"
 echo "a rank stopped: the job ends on the watchdog, which names the other rank as the likely cause"
+
+# The same where the rank waits with no task submitted, which StarPU's watchdog did not
+# watch (the job above hung for good when rank 1 stopped just before a per-step sum): a
+# rank that never answers ends rank 0's wait in a sum and in a barrier.
+all=$train
+train=./tests/dp_silent_rank
+for wait in sum barrier; do
+	ranks 2 $wait >"$work/log" 2>&1
+	status=$?
+	[ $status != 0 ] && [ $status != 124 ] && grep -q "rank 0: the watchdog ended the wait for rank 1 in the $wait" "$work/log" ||
+		fail "a rank that never answers a $wait: exit $status: $(cat "$work/log")"
+done
+train=$all
+echo "a rank that never answers: the watchdog ends the others' wait in a sum and in a barrier"
