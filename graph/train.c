@@ -183,6 +183,10 @@ struct run {
 static void end_run(struct run *r)
 {
 	starpu_task_wait_for_all();
+	/* in a job, every rank here before any lets its handles go: unregistering waits for
+	 * its sends to the others, which a stopped rank never takes, where StarPU's watchdog
+	 * does not look; this wait it sees (_dos_dp_barrier) */
+	_dos_dp_barrier();
 	for (size_t i = 0; r->loss_slots && i < 2 * ((size_t)r->A + r->E); i++)
 		if (r->loss_slots[i])
 			starpu_data_unregister(r->loss_slots[i]);
